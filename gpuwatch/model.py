@@ -1,0 +1,113 @@
+"""The contracts between gpuwatch's stages: frozen records and the bundle's columns (DESIGN §3).
+
+Base units everywhere: ratios 0-1, bytes, watts, seconds, USD. Missing is ``None``/NaN, never 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The bundle (DESIGN §3): file name -> columns, in order. store/schema.sql, the simulator and
+# sample_data/ all use exactly these; tests/test_contracts.py keeps them in step.
+BUNDLE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "devices": (
+        "node", "gpu_uuid", "gpu_index", "gpu_model", "fb_total_bytes", "mig_gi_id",
+        "mig_profile", "mig_profile_id", "mig_placement_start", "mig_placement_size",
+    ),
+    "samples": (
+        "ts", "node", "gpu_uuid", "mig_gi_id", "namespace", "pod", "container", "gpu_util",
+        "gr_engine_active", "sm_active", "sm_occupancy", "tensor_active", "dram_active",
+        "fb_used_bytes", "power_watts", "nvlink_tx_bytes_per_second", "nvlink_rx_bytes_per_second",
+    ),
+    "pods": (
+        "namespace", "pod", "pod_uid", "node", "owner_kind", "owner_name", "team",
+        "priority_class", "start_ts", "end_ts", "gpu_resource", "gpu_count", "device_ids",
+    ),
+    "prices": ("gpu_model", "usd_per_gpu_hour"),
+}
+
+# Columns of the simulator's ground truth (not part of the bundle contract; analyses never read it).
+TRUTH_COLUMNS: tuple[str, ...] = ("namespace", "pod", "behavior", "placement", "team")
+
+# Ground-truth behaviours the simulator generates.
+BEHAVIORS: tuple[str, ...] = ("productive", "hoarder", "false_util")
+# How a pod holds its GPU(s).
+PLACEMENTS: tuple[str, ...] = ("whole", "mig", "shared")
+
+
+@dataclass(frozen=True)
+class Device:
+    """A whole GPU, or one MIG GPU instance on it (then the ``mig_*`` fields are set).
+
+    ``gpu_uuid``/``gpu_index``/``pci_bus_id``/``gpu_model`` are always the *parent* GPU's, as in
+    dcgm-exporter's labels; ``mig_uuid`` is the ``MIG-…`` id kubelet hands to pods.
+    """
+
+    node: str
+    gpu_uuid: str
+    gpu_index: int
+    gpu_model: str
+    fb_total_bytes: int
+    pci_bus_id: str = ""
+    mig_gi_id: int | None = None
+    mig_profile: str | None = None
+    mig_profile_id: int | None = None
+    mig_placement_start: int | None = None
+    mig_placement_size: int | None = None
+    mig_uuid: str | None = None
+
+    @property
+    def is_mig(self) -> bool:
+        return self.mig_gi_id is not None
+
+    @property
+    def key(self) -> str:
+        """Stable identity on a node: the GPU UUID, or ``<gpu uuid>/<gi id>`` for a MIG instance."""
+        return self.gpu_uuid if self.mig_gi_id is None else f"{self.gpu_uuid}/{self.mig_gi_id}"
+
+    def bundle_row(self) -> dict:
+        """This device as a row of the bundle's ``devices`` file."""
+        return {name: getattr(self, name) for name in BUNDLE_COLUMNS["devices"]}
+
+
+@dataclass(frozen=True)
+class Pod:
+    """One pod's GPU allocation, as the bundle's ``pods`` file holds it (times in epoch seconds)."""
+
+    namespace: str
+    pod: str
+    pod_uid: str
+    node: str
+    owner_kind: str
+    owner_name: str
+    team: str
+    priority_class: str
+    start_ts: float
+    end_ts: float | None
+    gpu_resource: str
+    gpu_count: float
+    device_ids: tuple[str, ...]
+    container: str = "main"
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def bundle_row(self) -> dict:
+        row = {name: getattr(self, name) for name in BUNDLE_COLUMNS["pods"]}
+        row["device_ids"] = ",".join(self.device_ids)
+        return row
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """One container's claim on one device, as the kubelet pod-resources API reports it.
+
+    ``device_id`` is the id with any time-slicing ``::<n>`` suffix removed (a ``GPU-…`` or
+    ``MIG-…`` UUID, or an index when the device plugin runs with ``deviceIDStrategy=index``);
+    ``vgpu`` is that ``<n>`` (the replica), ``None`` when the GPU is not shared.
+    """
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str
+    device_id: str
+    vgpu: str | None = None
