@@ -16,7 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("gpuwatch.exporter.command", "node exporter: serve DCGM-named GPU metrics with pod attribution"),
     "simulate": ("gpuwatch.simulate", "write a bundle for a synthetic fleet, with ground truth"),
     "ingest": ("gpuwatch.store.command", "load a bundle, a Prometheus server or a saved /metrics file into DuckDB"),
-    "analyze": ("gpuwatch.analyses.command", "run every analysis over a window; write CSVs or print a table"),
+    "analyze": ("gpuwatch.analyze", "run every analysis over a window; write CSVs or print a table"),
     "export-derived": ("gpuwatch.derived", "serve the analyzer's findings as Prometheus metrics for alerting"),
     "report": ("gpuwatch.report.command", "weekly chargeback report (HTML + CSV)"),
     "reclaim": ("gpuwatch.reclaim.command", "auto-reclaim controller for idle GPUs (dry-run by default)"),

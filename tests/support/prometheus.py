@@ -102,10 +102,9 @@ def _wait_ready(server: Prometheus, timeout: float = 30.0) -> None:
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
             raise RuntimeError(f"prometheus exited: {server.log.read_text()[-2000:]}")
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(f"{server.url}/-/ready", timeout=2) as reply:
-                if reply.status == 200:
-                    return
+        with contextlib.suppress(OSError), urllib.request.urlopen(f"{server.url}/-/ready", timeout=2) as reply:
+            if reply.status == 200:
+                return
         time.sleep(0.2)
     raise RuntimeError(f"prometheus not ready in {timeout}s: {server.log.read_text()[-2000:]}")
 

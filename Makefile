@@ -1,0 +1,39 @@
+# gpuwatch: two commands do all set-up on a fresh machine with Python 3.11+.
+#   make demo  — simulated fleet -> exporter -> DuckDB analyzer -> Streamlit app
+#   make test  — lint, architecture contracts and the whole test suite
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test lint bench system-deps clean
+
+$(STAMP): pyproject.toml $(wildcard hatch_build.py)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+# Debian's prometheus (real server + promtool for tests) and chromium (real-browser app test).
+system-deps:
+	@bash .ci/system-deps.sh
+
+lint: $(STAMP)
+	$(BIN)/ruff check gpuwatch app tests bench
+	$(BIN)/lint-imports
+
+test: $(STAMP) system-deps lint
+	$(BIN)/pytest
+
+demo: $(STAMP)
+	$(BIN)/gpuwatch demo
+
+bench: $(STAMP) system-deps
+	$(BIN)/python bench/exporter.py --quick
+	$(BIN)/python bench/analyzer.py
+	$(BIN)/python bench/reclaim.py
+	$(BIN)/python bench/app.py
+
+clean:
+	rm -rf $(VENV) .demo .pytest_cache .ruff_cache tests/artifacts
