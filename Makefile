@@ -20,7 +20,7 @@ system-deps:
 	@bash .ci/system-deps.sh
 
 lint: $(STAMP)
-	$(BIN)/ruff check gpuwatch app tests bench
+	$(BIN)/ruff check gpuwatch app tests bench helm dashboards
 	$(BIN)/lint-imports
 
 test: $(STAMP) system-deps lint

@@ -8,6 +8,8 @@ ground truth; idle/busy signal shapes match the behaviour the truth claims.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -33,7 +35,7 @@ def test_live_reading_equals_grid_sample(fleet):
     t = fleet.start + 3600 * 7 + 60 * 13
     live = {(d.key, p.pod if p else None): v for d, p, v in readings_at(fleet, t)}
     grid = {}
-    for seg, ts, cols in iter_samples(fleet, np.array([t])):
+    for seg, _, cols in iter_samples(fleet, np.array([t])):
         key = (fleet.devices[seg.device].key, fleet.pods[seg.pod].pod if seg.pod is not None else None)
         grid[key] = {k: float(v[0]) for k, v in cols.items()}
     assert live.keys() == grid.keys()
@@ -47,7 +49,7 @@ def test_segments_tile_each_device_without_overlap(fleet):
         by_device.setdefault(seg.device, []).append(seg)
     for device, segs in by_device.items():
         exclusive = sorted((s.start, s.end) for s in segs if s.share == 1.0)
-        for (_, end), (start, _) in zip(exclusive, exclusive[1:], strict=False):
+        for (_, end), (start, _) in itertools.pairwise(exclusive):
             assert start >= end, f"device {device} has overlapping exclusive occupants"
         covered = sum(e - s for s, e in exclusive)
         if all(s.share == 1.0 for s in segs):
@@ -107,6 +109,6 @@ def test_mig_rows_have_no_gpu_util_and_shared_rows_no_profiling(fleet):
 def test_noise_is_uniform_and_stateless():
     ts = np.arange(0, 100_000, 1.0)
     u = workloads._uniform(12345, ts)
-    assert 0.0 <= u.min() and u.max() < 1.0
+    assert u.min() >= 0.0 and u.max() < 1.0
     assert abs(u.mean() - 0.5) < 0.01
     assert workloads._uniform(12345, ts[500:501])[0] == u[500]

@@ -1,0 +1,45 @@
+"""gpuwatch's Streamlit app: entry script. Start it with ``gpuwatch app --db FILE``.
+
+Opens the store read-only, draws the global filters in the sidebar and routes to one page per
+file in ``app/views/`` with ``st.navigation`` (Streamlit's ``pages/`` directory is legacy).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import streamlit as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # views import ``ui`` from here
+
+import ui
+
+VIEWS = Path(__file__).resolve().parent / "views"
+PAGES = (
+    ("fleet.py", "Fleet", ":material/dashboard:"),
+    ("idle_hoarding.py", "Idle hoarding", ":material/hourglass_empty:"),
+    ("false_utilization.py", "False utilization", ":material/speed:"),
+    ("mig.py", "MIG", ":material/grid_view:"),
+    ("chargeback.py", "Chargeback", ":material/payments:"),
+    ("recommendations.py", "Recommendations", ":material/savings:"),
+    ("reclaim_audit.py", "Reclaim audit", ":material/history:"),
+)
+
+
+def main() -> None:
+    st.set_page_config(page_title="gpuwatch", page_icon=":material/memory:", layout="wide")
+    pages = [st.Page(VIEWS / file, title=title, icon=icon, default=i == 0)
+             for i, (file, title, icon) in enumerate(PAGES)]
+    page = st.navigation(pages)
+    st.sidebar.title("gpuwatch")
+    path = ui.db_path()
+    opened = ui.open_db(path)
+    if opened is None:
+        st.stop()
+    mtime, coverage = opened
+    st.session_state["gw_context"] = ui.sidebar(path, mtime, coverage)
+    page.run()
+
+
+main()

@@ -1,0 +1,181 @@
+"""What every page shares: the database, cached analysis calls, the global filters, tables.
+
+The app presents; it does not compute. Numbers come from ``gpuwatch.analyses`` and
+``gpuwatch.recommendations``; this module only opens the store read-only, caches the frames
+(keyed on db path + mtime + params) and draws them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+from dataclasses import dataclass
+
+import pandas as pd
+import streamlit as st
+
+import gpuwatch.analyses as analyses
+import gpuwatch.analyses.params as analysis_params
+import gpuwatch.store as store
+
+DB_ENV = "GPUWATCH_DB"
+
+
+@dataclass(frozen=True)
+class Context:
+    """The global filters every page reads: which DB, which window, which teams."""
+
+    db: str
+    mtime: float
+    start: dt.datetime
+    end: dt.datetime
+    teams: tuple[str, ...]
+
+
+def db_path(argv: list[str] | None = None) -> str:
+    """``--db FILE`` after ``streamlit run ... --``, else $GPUWATCH_DB (AppTest), else ''."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--db", default=os.environ.get(DB_ENV, ""))
+    args, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    return args.db
+
+
+@st.cache_resource(show_spinner=False)
+def _connection(path: str, mtime: float):
+    # one read-only connection per file version; queries use their own cursor (thread safety)
+    return store.connect(path, read_only=True)
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _analysis(path: str, mtime: float, name: str, params: tuple) -> pd.DataFrame:
+    return analyses.run(_connection(path, mtime).cursor(), name, **dict(params))
+
+
+def thresholds() -> dict:
+    """The analyses' default thresholds (DESIGN §5), as the analyzer publishes them."""
+    return dict(analysis_params.DEFAULTS)
+
+
+def analysis(ctx: Context, name: str, **params) -> pd.DataFrame:
+    """Analysis ``name`` over the context's window (plus its default thresholds), cached."""
+    merged = {**thresholds(), "start": ctx.start, "end": ctx.end, **params}
+    return _analysis(ctx.db, ctx.mtime, name, tuple(sorted(merged.items())))
+
+
+def recommendation_frame(ctx: Context) -> pd.DataFrame:
+    """gpuwatch.recommendations over the window's (cached) analysis frames."""
+    import gpuwatch.recommendations as recommendations  # only the Recommendations page needs it
+
+    hours = (ctx.end - ctx.start).total_seconds() / 3600
+    return recommendations.recommend(
+        idle=analysis(ctx, "idle_hoarding"), false_util=analysis(ctx, "false_utilization"),
+        rightsizing=analysis(ctx, "rightsizing"), mig=analysis(ctx, "mig_fragmentation"),
+        prices=analysis(ctx, "prices"), window_hours=hours, hours_per_month=thresholds()["hours_per_month"])
+
+
+def open_db(path: str) -> tuple[float, pd.DataFrame] | None:
+    """(mtime, coverage) for a usable DB; otherwise draws a clear message and returns None."""
+    if not path:
+        st.error("No database given. Start the app with `gpuwatch app --db FILE`.")
+        return None
+    if not os.path.isfile(path):
+        st.error(f"No database at `{path}`. Create one with "
+                 "`gpuwatch ingest --from sample_data --db FILE`, then start `gpuwatch app --db FILE`.")
+        return None
+    mtime = os.path.getmtime(path)
+    try:
+        coverage = _analysis(path, mtime, "data_coverage", ())
+    except Exception as exc:  # not a DuckDB file, or not a gpuwatch store: say which
+        st.error(f"`{path}` is not a readable gpuwatch database ({type(exc).__name__}: {exc}).")
+        return None
+    if coverage.empty or pd.isna(coverage.at[0, "first_ts"]):
+        st.warning(f"The database `{path}` holds no GPU samples yet. Load some with "
+                   "`gpuwatch ingest --from DIR --db FILE` (or `--from prometheus://host:9090`).")
+        return None
+    return mtime, coverage
+
+
+def sidebar(path: str, mtime: float, coverage: pd.DataFrame) -> Context:
+    """The global time-range and team filters; their state survives page switches."""
+    first = pd.Timestamp(coverage.at[0, "first_ts"]).to_pydatetime()
+    last = pd.Timestamp(coverage.at[0, "last_ts"]).to_pydatetime()
+    st.sidebar.caption(f"Data: {first:%Y-%m-%d %H:%M} → {last:%Y-%m-%d %H:%M} UTC")
+    picked = st.sidebar.date_input("Time range (UTC days)", value=(first.date(), last.date()),
+                                   min_value=first.date(), max_value=last.date(), key="gw_range")
+    lo, hi = (picked if isinstance(picked, tuple | list) and len(picked) == 2 else (first.date(), last.date()))
+    start = dt.datetime.combine(lo, dt.time())
+    end = dt.datetime.combine(hi, dt.time()) + dt.timedelta(days=1)
+    team_names = sorted(_analysis(path, mtime, "teams", ())["team"].dropna().unique())
+    teams = st.sidebar.multiselect("Teams", team_names, key="gw_teams", placeholder="All teams")
+    return Context(db=path, mtime=mtime, start=start, end=end, teams=tuple(teams))
+
+
+def current() -> Context:
+    """The context the entry script put in session state for this run."""
+    return st.session_state["gw_context"]
+
+
+def for_teams(ctx: Context, frame: pd.DataFrame, column: str = "team") -> pd.DataFrame:
+    """Rows of the selected teams (all rows when none is selected or there is no team column)."""
+    if not ctx.teams or column not in frame.columns:
+        return frame
+    return frame[frame[column].isin(ctx.teams)]
+
+
+MONEY = ("usd", "cost")
+RATIO = ("_share", "_util", "util_", "_active", "_gap", "gap_", "mean_reported", "mean_effective")
+GIB = float(1 << 30)
+
+
+def readable(frame: pd.DataFrame) -> pd.DataFrame:
+    """Display units at the edge: ``*_bytes`` as GiB, ``*_seconds`` as hours (CSV keeps base units)."""
+    out = frame.copy()
+    for col in frame.columns:
+        if not pd.api.types.is_numeric_dtype(frame[col]) or pd.api.types.is_bool_dtype(frame[col]):
+            continue
+        if col.endswith("_bytes"):
+            out = out.rename(columns={col: col[:-6] + "_gib"}).assign(**{col[:-6] + "_gib": frame[col] / GIB})
+        elif col.endswith("_seconds"):
+            out = out.rename(columns={col: col[:-8] + "_h"}).assign(**{col[:-8] + "_h": frame[col] / 3600.0})
+    return out
+
+
+def _column_config(frame: pd.DataFrame) -> dict:
+    """Display formats by column-name convention."""
+    config = {}
+    for col in frame.columns:
+        if not pd.api.types.is_numeric_dtype(frame[col]) or pd.api.types.is_bool_dtype(frame[col]):
+            continue
+        if any(k in col for k in MONEY):
+            config[col] = st.column_config.NumberColumn(col, format="$%.2f")
+        elif col.endswith("_gib"):
+            config[col] = st.column_config.NumberColumn(col, format="%.1f GiB")
+        elif col.endswith("_h") or col.endswith("_hours"):
+            config[col] = st.column_config.NumberColumn(col, format="%.2f")
+        elif any(k in col for k in RATIO):
+            config[col] = st.column_config.NumberColumn(col, format="%.3f")
+    return config
+
+
+def table(frame: pd.DataFrame, name: str, *, empty: str) -> None:
+    """A sortable table with a CSV download (base units), or the ``empty`` explanation when there are no rows."""
+    if frame.empty:
+        st.info(empty)
+        return
+    shown = readable(frame)
+    st.dataframe(shown, hide_index=True, width="stretch", column_config=_column_config(shown))
+    st.download_button(f"Download {name}.csv", frame.to_csv(index=False).encode(), file_name=f"{name}.csv",
+                       mime="text/csv", key=f"csv_{name}")
+
+
+def money(value: float) -> str:
+    """USD for a metric tile."""
+    return f"${value:,.2f}"
+
+
+def window_caption(ctx: Context) -> None:
+    # team names are data: never into markdown (they could carry links or HTML); the sidebar shows them
+    teams = f"{len(ctx.teams)} team(s) selected in the sidebar" if ctx.teams else "all teams"
+    st.caption(f"Window {ctx.start:%Y-%m-%d} → {ctx.end:%Y-%m-%d} (UTC, end exclusive) · {teams}")

@@ -1,0 +1,56 @@
+"""Chargeback: what each team and namespace spent, split into productive / false-util / idle / unobserved."""
+
+from __future__ import annotations
+
+import altair as alt
+import streamlit as st
+import ui
+
+ctx = ui.current()
+st.title("Chargeback")
+ui.window_caption(ctx)
+st.caption("Allocated GPU-hours × price per team (pod label `team`, else the namespace) and namespace. "
+           "Unallocated GPUs and stranded MIG capacity are the fleet's, not a team's: shown apart. "
+           "All parts add up to the fleet cost to the cent (the weekly report's numbers).")
+frame = ui.analysis(ctx, "chargeback")
+if frame.empty:
+    st.info("No GPUs priced in this window.")
+    st.stop()
+teams = ui.for_teams(ctx, frame[frame["kind"] == "team"])
+fleet_parts = frame[frame["kind"] != "team"]
+PARTS = {"productive_usd": "productive", "false_util_usd": "false-util", "idle_usd": "idle",
+         "unobserved_usd": "unobserved"}
+COLORS = ["#2e7d32", "#8e24aa", "#f9a825", "#90a4ae"]
+
+cols = st.columns(5)
+cols[0].metric("Fleet cost", ui.money(frame["fleet_cost_usd"].iloc[0]))
+cols[1].metric("Teams' cost" if not ctx.teams else "Selected teams' cost", ui.money(teams["cost_usd"].sum()))
+cols[2].metric("Idle + false-util", ui.money(teams["idle_usd"].sum() + teams["false_util_usd"].sum()))
+for col, kind, label in ((cols[3], "unallocated", "Unallocated"), (cols[4], "stranded", "Stranded MIG")):
+    col.metric(label, ui.money(fleet_parts.loc[fleet_parts["kind"] == kind, "cost_usd"].sum()))
+
+
+def stacked(by: str, title: str) -> alt.Chart:
+    calc = "{" + ", ".join(f"'{k}': '{v}'" for k, v in PARTS.items()) + "}[datum.column]"
+    return (
+        alt.Chart(teams).transform_fold(list(PARTS), as_=["column", "usd"]).transform_calculate(part=calc)
+        .mark_bar()
+        .encode(x=alt.X("sum(usd):Q", title="USD"), y=alt.Y(f"{by}:N", sort="-x", title=None),
+                color=alt.Color("part:N", sort=list(PARTS.values()),
+                                scale=alt.Scale(domain=list(PARTS.values()), range=COLORS)),
+                tooltip=[f"{by}:N", "part:N", alt.Tooltip("sum(usd):Q", format="$,.2f")])
+        .properties(title=title)
+    )
+
+
+if not teams.empty:
+    for by, title in (("team", "By team"), ("namespace", "By namespace")):
+        # explicit element height: Streamlit's default ("content") squeezes nominal-axis charts
+        st.altair_chart(stacked(by, title), width="stretch", height=26 * teams[by].nunique() + 90)
+ui.table(teams, "chargeback_teams", empty="No team allocated a GPU in this window.")
+st.subheader("Fleet: unallocated and stranded")
+ui.table(fleet_parts[["kind", "team", "cost_usd", "share_of_fleet"]], "chargeback_fleet",
+         empty="Nothing unallocated or stranded.")
+st.download_button("Download chargeback.csv (all rows, as in the weekly report)",
+                   frame.to_csv(index=False).encode(), file_name="chargeback.csv", mime="text/csv",
+                   key="csv_chargeback_all")

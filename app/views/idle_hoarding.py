@@ -1,0 +1,42 @@
+"""Idle hoarding: pods holding GPUs they do not use, with the evidence (idle since, memory held, $/h)."""
+
+from __future__ import annotations
+
+import altair as alt
+import streamlit as st
+import ui
+
+ctx = ui.current()
+st.title("Idle hoarding")
+ui.window_caption(ctx)
+st.caption("A pod is a hoarder when its GPU was idle (reported < 5 % and SM activity < 5 %) for ≥ 90 % "
+           "of ≥ 1 h observed, or it has been idle for ≥ 15 min right up to the end of the window "
+           "(*reclaimable now*). Thresholds: DESIGN §5.")
+frame = ui.for_teams(ctx, ui.analysis(ctx, "idle_hoarding"))
+hoarders_only = st.toggle("Hoarders only", value=True, key="idle_hoarders_only")
+shown = frame[frame["hoarder"].fillna(False).astype(bool)] if hoarders_only else frame
+filters = st.columns(3)
+for col, (column, label) in zip(filters, (("namespace", "Namespace"), ("node", "Node"),
+                                          ("gpu_model", "GPU model")), strict=True):
+    if column in shown.columns:
+        picked = col.multiselect(label, sorted(shown[column].dropna().astype(str).unique()), key=f"idle_{column}")
+        if picked:
+            shown = shown[shown[column].astype(str).isin(picked)]
+
+cols = st.columns(3)
+cols[0].metric("Hoarding pods", f"{int(shown['hoarder'].fillna(False).astype(bool).sum())}")
+cols[1].metric("Idle GPU-hours", f"{shown['idle_gpu_hours'].sum():,.1f}")
+cols[2].metric("Idle cost", ui.money(shown["idle_cost_usd"].sum()))
+
+if not shown.empty:
+    top = shown.nlargest(20, "idle_cost_usd")
+    chart = alt.Chart(top).mark_bar(color="#f9a825").encode(
+        x=alt.X("idle_cost_usd:Q", title="idle cost (USD)"),
+        y=alt.Y("pod:N", sort="-x", title=None),
+        tooltip=["namespace:N", "pod:N", "team:N", alt.Tooltip("idle_gpu_hours:Q", format=".1f"),
+                 alt.Tooltip("idle_share:Q", format=".0%"), alt.Tooltip("idle_cost_usd:Q", format="$,.2f")],
+    ).properties(title="Top idle cost")
+    st.altair_chart(chart, width="stretch", height=24 * len(top) + 80)
+ui.table(shown.sort_values("idle_cost_usd", ascending=False), "idle_hoarding",
+         empty="No idle hoarding in this window for the selected teams and filters — nothing is sitting "
+               "on an idle GPU.")

@@ -1,0 +1,28 @@
+"""Reclaim audit: what the auto-reclaim controller decided and did (read-only)."""
+
+from __future__ import annotations
+
+import altair as alt
+import streamlit as st
+import ui
+
+ctx = ui.current()
+st.title("Reclaim audit")
+ui.window_caption(ctx)
+frame = ui.for_teams(ctx, ui.analysis(ctx, "reclaim_audit"))
+if frame.empty:
+    st.info("No reclaim decisions in this window. The reclaim controller (`gpuwatch reclaim`) writes one row "
+            "per decision to this database's `reclaim_audit` table; it is off by default (Helm "
+            "`reclaim.enabled: false`) and dry-run unless started with `--apply`. Either it has not run "
+            "against this database, or it found nothing to do in this window.")
+    st.stop()
+cols = st.columns(4)
+cols[0].metric("Decisions", f"{len(frame)}")
+cols[1].metric("Acted", f"{int((frame['decision'] == 'acted').sum())}")
+cols[2].metric("Would act (dry-run)", f"{int((frame['decision'] == 'would_act').sum())}")
+cols[3].metric("Errors", f"{int((frame['result'] == 'error').sum())}")
+chart = alt.Chart(frame).mark_bar().encode(
+    x=alt.X("count():Q", title="decisions"), y=alt.Y("decision:N", title=None),
+    color=alt.Color("result:N"), tooltip=["decision:N", "result:N", "count():Q"])
+st.altair_chart(chart, width="stretch", height=40 * frame["decision"].nunique() + 60)
+ui.table(frame, "reclaim_audit", empty="No decisions.")

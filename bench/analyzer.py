@@ -1,0 +1,206 @@
+"""Analyzer benchmark: simulate -> ingest -> every analysis, side by side with a pandas baseline.
+
+    python bench/analyzer.py                 # 1,024 GPUs x 7 days x 30 s (20.6M samples)
+    python bench/analyzer.py --gpus 256      # smaller
+    python bench/analyzer.py --big           # also 10,240 GPUs x 7 days, DuckDB reading Parquet via a view
+    python bench/analyzer.py --promql        # also PromQL on a promtool-backfilled Prometheus (bench/promql.py)
+
+Each phase runs in its own process so its peak RSS is its own. Prints one table; checks that the
+pandas baseline and the analyses agree (hoarders, offenders, idle share, longest idle run).
+Targets: all analyses <= 5 s and <= 2 GB; >= 10x the pandas baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+ANALYSES = ("utilization", "idle_hoarding", "false_utilization", "chargeback", "rightsizing",
+            "mig_fragmentation", "fragmentation_fgd")
+
+
+def _rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def phase_ingest(bundle: str, db: str) -> dict:
+    from gpuwatch import store
+
+    began = time.perf_counter()
+    con = store.connect(db)
+    counts = store.load_bundle(con, bundle)
+    con.close()
+    return {"seconds": time.perf_counter() - began, "peak_rss_bytes": _rss(), "rows": counts["samples"]}
+
+
+def phase_analyses(db: str, out: str, *, parquet: str | None = None) -> dict:
+    from gpuwatch import analyses, store
+    from gpuwatch.analyses.params import params, window
+
+    con = store.connect(db, read_only=parquet is None) if parquet is None else _parquet_store(db, parquet)
+    p = params(*window(store.data_range(con)[1]))
+    timings, began = {}, time.perf_counter()
+    for name in ANALYSES:
+        if name in analyses.names():
+            t = time.perf_counter()
+            frame = analyses.run(con, name, **p)
+            timings[name] = time.perf_counter() - t
+            if name in ("idle_hoarding", "false_utilization"):
+                frame.to_csv(Path(out) / f"duckdb_{name}.csv", index=False)
+    return {"seconds": time.perf_counter() - began, "peak_rss_bytes": _rss(), "per_analysis": timings}
+
+
+def _parquet_store(bundle: str, parquet: str):
+    """An in-memory store whose samples are a view over the Parquet files (no ingest; --big)."""
+    from gpuwatch import store
+
+    con = store.connect(None)
+    for name in ("devices", "pods", "prices"):
+        path = Path(bundle) / f"{name}.parquet"
+        if path.exists():
+            store.load(con, {name: __import__("pandas").read_parquet(path)}, source=str(path))
+    con.execute("DROP TABLE samples; DROP TABLE stg_samples")
+    con.execute(f"CREATE VIEW samples AS SELECT * REPLACE (ts::TIMESTAMP AS ts) FROM read_parquet('{parquet}')")
+    con.execute("CREATE VIEW stg_samples AS SELECT * FROM stg_samples_live")
+    return con
+
+
+def _child(*args: str) -> dict:
+    reply = subprocess.run([sys.executable, *args], capture_output=True, text=True, check=True, cwd=ROOT)
+    return json.loads(reply.stdout.strip().splitlines()[-1])
+
+
+def compare(out: Path) -> list[str]:
+    """Where the pandas baseline and the DuckDB analyses disagree (empty = they agree)."""
+    import pandas as pd
+
+    problems = []
+    for name, flag, values in (("idle_hoarding", "hoarder", ("idle_share", "longest_idle_seconds")),
+                               ("false_utilization", "offender", ("false_share",))):
+        ours = pd.read_csv(out / f"duckdb_{name}.csv")
+        theirs = pd.read_csv(out / f"pandas_{name}.csv")
+        both = ours.merge(theirs, on=["namespace", "pod"], how="outer", suffixes=("", "_pd"), indicator=True)
+        if (both["_merge"] != "both").any():
+            problems.append(f"{name}: {(both['_merge'] != 'both').sum()} pods only on one side")
+        if (both[flag].fillna(False) != both[f"{flag}_pd"].fillna(False)).any():
+            problems.append(f"{name}: {flag} differs for {(both[flag] != both[f'{flag}_pd']).sum()} pods")
+        for column in values:
+            diff = (both[column] - both[f"{column}_pd"]).abs().max()
+            if diff > 1e-6:
+                problems.append(f"{name}: {column} differs by up to {diff}")
+    return problems
+
+
+def simulate(out: Path, *, gpus: int, days: float, step: float) -> tuple[float, int]:
+    from gpuwatch import simulate as sim
+    from gpuwatch import workloads
+
+    began = time.perf_counter()
+    counts = sim.write_bundle(workloads.build_fleet(gpus=gpus, seed=0, days=days), out, step=step)
+    return time.perf_counter() - began, counts["samples"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", type=int, default=1024)
+    parser.add_argument("--days", type=float, default=7.0)
+    parser.add_argument("--step", type=float, default=30.0)
+    parser.add_argument("--big", action="store_true", help="also 10,240 GPUs x 7 days, Parquet read via a view")
+    parser.add_argument("--big-step", type=float, default=60.0)
+    parser.add_argument("--promql", action="store_true", help="also PromQL on Prometheus (bench/promql.py)")
+    parser.add_argument("--promql-gpus", type=int, default=64)
+    parser.add_argument("--workdir", help="keep files here (default: a temporary directory)")
+    parser.add_argument("--phase", help=argparse.SUPPRESS)
+    parser.add_argument("--args", nargs="*", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.phase:  # a child process: one phase, JSON on stdout
+        result = {"ingest": lambda a: phase_ingest(*a), "analyses": lambda a: phase_analyses(*a),
+                  "parquet": lambda a: phase_analyses(a[0], a[1], parquet=a[2])}[args.phase](args.args)
+        print(json.dumps(result))
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(args.workdir or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        rows = run_main(work, args)
+    print("\n".join(rows))
+    return 0
+
+
+def run_main(work: Path, args) -> list[str]:
+    bundle, db, out = work / "bundle", work / "bench.duckdb", work / "out"
+    out.mkdir(exist_ok=True)
+    db.unlink(missing_ok=True)
+    sim_s, samples = simulate(bundle, gpus=args.gpus, days=args.days, step=args.step)
+    me = str(Path(__file__).resolve())
+    ingest = _child(me, "--phase", "ingest", "--args", str(bundle), str(db))
+    ours = _child(me, "--phase", "analyses", "--args", str(db), str(out))
+    theirs = _child(str(ROOT / "bench" / "pandas_baseline.py"), str(bundle), str(out))
+    problems = compare(out)
+    rows = [f"analyzer benchmark: {args.gpus:,} GPUs x {args.days:g} days x {args.step:g} s = {samples:,} samples",
+            "", f"{'phase':<44}{'wall s':>9}{'peak RSS MB':>13}",
+            f"{'simulate -> Parquet':<44}{sim_s:>9.1f}{'':>13}",
+            f"{'ingest (validate + load + stage)':<44}{ingest['seconds']:>9.1f}{ingest['peak_rss_bytes'] / 2**20:>13.0f}",
+            f"{'all analyses (DuckDB)':<44}{ours['seconds']:>9.2f}{ours['peak_rss_bytes'] / 2**20:>13.0f}"]
+    rows += [f"{'  ' + name:<44}{s:>9.2f}" for name, s in ours["per_analysis"].items()]
+    both = ours["per_analysis"].get("idle_hoarding", 0) + ours["per_analysis"].get("false_utilization", 0)
+    rows += [f"{'idle + false util (DuckDB)':<44}{both:>9.2f}",
+             f"{'idle + false util (pandas baseline)':<44}{theirs['seconds']:>9.2f}{theirs['peak_rss_bytes'] / 2**20:>13.0f}",
+             f"speed-up on idle + false util: {theirs['seconds'] / max(both, 1e-9):.1f}x; "
+             f"answers {'agree' if not problems else 'DIFFER: ' + '; '.join(problems)}"]
+    if args.big:
+        rows += big(work, args, me)
+    if args.promql:
+        rows += promql(work, args)
+    return rows
+
+
+def big(work: Path, args, me: str) -> list[str]:
+    bundle = work / "big"
+    sim_s, samples = simulate(bundle, gpus=10_240, days=7, step=args.big_step)
+    result = _child(me, "--phase", "parquet", "--args", str(bundle), str(work / "out"), str(bundle / "samples.parquet"))
+    return ["", f"--big: 10,240 GPUs x 7 days x {args.big_step:g} s = {samples:,} samples (simulated in {sim_s:.0f} s)",
+            f"{'all analyses, Parquet via a view (no ingest)':<44}{result['seconds']:>9.1f}"
+            f"{result['peak_rss_bytes'] / 2**20:>13.0f}"]
+
+
+def promql(work: Path, args) -> list[str]:
+    path = ROOT / "bench" / "promql.py"
+    if not path.exists():
+        return ["", "--promql: bench/promql.py is not there; skipped"]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_promql", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    from gpuwatch import analyses, store, workloads
+    from gpuwatch.analyses.params import params
+
+    bundle = work / "promql_bundle"
+    fleet = workloads.build_fleet(gpus=args.promql_gpus, seed=0, days=1)
+    from gpuwatch.simulate import write_bundle
+
+    write_bundle(fleet, bundle, step=60)
+    module.backfill_from_bundle(bundle, work / "tsdb")
+    con = store.connect(None)
+    store.load_bundle(con, bundle)
+    p = params(module._utc(fleet.start), module._utc(fleet.end))
+    began = time.perf_counter()
+    for name in ("idle_hoarding", "false_utilization"):
+        analyses.run(con, name, **p)
+    ours = time.perf_counter() - began
+    with module.prometheus(work / "tsdb") as url:
+        theirs, _ = module.run(url, start=fleet.start, end=fleet.end)
+    return ["", f"--promql: {args.promql_gpus} GPUs x 1 day x 60 s",
+            f"{'idle + false util (DuckDB)':<44}{ours:>9.2f}", f"{'idle + false util (PromQL)':<44}{theirs:>9.2f}"]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,93 @@
+"""Benchmark: each app page's first (cold-cache) render and the weekly report, on 64 and 1,024 GPUs x 7 days.
+
+    .venv/bin/python bench/app.py [--gpus 64 1024] [--days 7] [--cache /tmp/gpuwatch-bench]
+
+Builds each store once with the real commands (``gpuwatch simulate`` then ``gpuwatch ingest``)
+and caches it under --cache. A page's render is timed with streamlit.testing.v1.AppTest with every
+Streamlit cache cleared first, so it includes the sidebar's queries and every analysis the page
+runs. Budgets: 2 s per page, 20 s per weekly report (fleet + every team + CSV). Prints one table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = ("fleet", "idle_hoarding", "false_utilization", "mig", "chargeback", "recommendations", "reclaim_audit")
+PAGE_BUDGET_S, REPORT_BUDGET_S = 2.0, 20.0
+
+
+def store(gpus: int, days: float, cache: Path) -> Path:
+    """The cached store for a fleet size, built with the real CLI when missing."""
+    db = cache / f"app-{gpus}x{days:g}d.duckdb"
+    if db.exists():
+        return db
+    bundle, tmp = cache / f"bundle-{gpus}x{days:g}d", cache / f"tmp-{gpus}x{days:g}d.duckdb"
+    gw = [sys.executable, "-m", "gpuwatch"]
+    subprocess.run([*gw, "simulate", "--gpus", str(gpus), "--days", str(days), "--step", "60", "--out", str(bundle)],
+                   check=True, cwd=ROOT)
+    subprocess.run([*gw, "ingest", "--from", str(bundle), "--db", str(tmp)], check=True, cwd=ROOT)
+    tmp.rename(db)  # only a finished store is ever cached
+    return db
+
+
+def page_times(db: Path) -> dict[str, float]:
+    """Cold-cache render seconds per page."""
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    os.environ["GPUWATCH_DB"] = str(db)
+    times = {}
+    at = AppTest.from_file(str(ROOT / "app" / "streamlit_app.py"), default_timeout=600)
+    for page in PAGES:
+        st.cache_data.clear()
+        st.cache_resource.clear()
+        started = time.perf_counter()
+        if page == "fleet":
+            at.run()
+        else:
+            at.switch_page(f"views/{page}.py").run()
+        times[page] = time.perf_counter() - started
+        if at.exception:
+            raise RuntimeError(f"{page}: {at.exception[0].value}")
+    return times
+
+
+def report_time(db: Path) -> float:
+    from gpuwatch import cli
+
+    with tempfile.TemporaryDirectory() as out:
+        started = time.perf_counter()
+        assert cli.main(["report", "weekly", "--db", str(db), "--out", out]) == 0
+        return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", type=int, nargs="+", default=[64, 1024])
+    parser.add_argument("--days", type=float, default=7.0)
+    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "gpuwatch-bench")
+    args = parser.parse_args()
+    args.cache.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for gpus in args.gpus:
+        db = store(gpus, args.days, args.cache)
+        results[gpus] = {**page_times(db), "weekly report": report_time(db)}
+    print(f"\nfirst render, cold caches, seconds ({args.days:g} days of 1-min samples; AppTest, in-process)")
+    header = f"{'':<20}" + "".join(f"{f'{g} GPUs':>12}" for g in args.gpus) + f"{'budget':>9}"
+    print(header + "\n" + "-" * len(header))
+    for row in (*PAGES, "weekly report"):
+        budget = REPORT_BUDGET_S if row == "weekly report" else PAGE_BUDGET_S
+        cells = "".join(f"{results[g][row]:>11.2f}{'*' if results[g][row] > budget else ' '}" for g in args.gpus)
+        print(f"{row:<20}{cells}{budget:>8.0f}s")
+    print("* over budget")
+
+
+if __name__ == "__main__":
+    main()

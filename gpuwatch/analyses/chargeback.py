@@ -1,0 +1,67 @@
+"""Chargeback's finisher: stranded MIG cost, the unallocated remainder, and rounding to the cent.
+
+Every part (each team's productive / false-util / idle / unobserved, the fleet's unallocated and
+stranded) is rounded with the largest-remainder method, so the rounded parts add up exactly to the
+rounded fleet cost (DESIGN §5: "Σ of all parts = fleet cost, to the cent").
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+PARTS = ("productive_usd", "false_util_usd", "idle_usd", "unobserved_usd")
+COLUMNS = ("kind", "team", "namespace", "gpu_hours", "cost_usd", *PARTS, "pods", "share_of_fleet", "fleet_cost_usd")
+
+
+def finish(con: Any, frame, params: dict):
+    """Per-team rows plus `unallocated` and `stranded` rows whose cost_usd sum to the fleet cost."""
+    import pandas as pd
+
+    fleet_row = frame[frame["kind"] == "fleet"].iloc[0]
+    fleet = float(fleet_row["amount_usd"])
+    teams = frame[frame["kind"] == "team"].reset_index(drop=True)
+    stranded = stranded_usd(con, frame[frame["kind"] == "mig_free"], params)
+    allocated = float(teams[list(PARTS)].to_numpy().sum()) if len(teams) else 0.0
+    unallocated = fleet - allocated - stranded
+    leaves = [float(x) for x in teams[list(PARTS)].to_numpy().ravel()] + [unallocated, stranded]
+    cents = largest_remainder(leaves, total=fleet)
+    teams[list(PARTS)] = [[c / 100 for c in cents[i * 4:(i + 1) * 4]] for i in range(len(teams))] or None
+    extra = pd.DataFrame([
+        {"kind": "unallocated", "team": "(unallocated)", "namespace": "", "cost_usd": cents[-2] / 100, "pods": 0},
+        {"kind": "stranded", "team": "(stranded MIG)", "namespace": "", "cost_usd": cents[-1] / 100, "pods": 0},
+    ])
+    teams["cost_usd"] = [sum(cents[i * 4:(i + 1) * 4]) / 100 for i in range(len(teams))]
+    out = pd.concat([teams, extra], ignore_index=True)
+    for part in PARTS:
+        out[part] = out[part].fillna(0.0)
+    out["gpu_hours"] = out["gpu_hours"].fillna(0.0)
+    out["fleet_cost_usd"] = sum(cents) / 100
+    out["share_of_fleet"] = out["cost_usd"] / fleet if fleet else math.nan
+    out = out.sort_values(["kind", "cost_usd", "team", "namespace"], ascending=[False, False, True, True])
+    return out[list(COLUMNS)].reset_index(drop=True)
+
+
+def stranded_usd(con: Any, mig_free, params: dict) -> float:
+    """Cost of MIG capacity that is free but cannot hold any instance (mig_fragmentation's stranded slices)."""
+    from gpuwatch import analyses
+
+    if not len(mig_free) or "mig_fragmentation" not in analyses.names():
+        return 0.0  # no MIG GPUs, or the fragmentation analysis is not installed: nothing to strand
+    frag = analyses.run(con, "mig_fragmentation", **params)
+    joined = mig_free.merge(frag[["node", "gpu_uuid", "free_slices", "stranded_slices"]], on=["node", "gpu_uuid"])
+    free = joined["free_slices"].astype(float)
+    share = (joined["stranded_slices"].astype(float) / free.where(free > 0)).fillna(0.0).clip(0.0, 1.0)
+    return float((joined["amount_usd"].astype(float) * share).sum())
+
+
+def largest_remainder(values: list[float], *, total: float) -> list[int]:
+    """Cents for each value, each within a cent of it, summing exactly to round(total, 2) in cents."""
+    target = round(total * 100)
+    floors = [math.floor(v * 100) for v in values]
+    remainders = sorted(range(len(values)), key=lambda i: (-(values[i] * 100 - floors[i]), i))
+    missing = target - sum(floors)
+    for k in range(abs(missing)):
+        i = remainders[k % len(values)] if missing > 0 else remainders[-1 - k % len(values)]
+        floors[i] += 1 if missing > 0 else -1
+    return floors

@@ -1,0 +1,86 @@
+-- Chargeback: what each team's GPU allocations cost, split into productive, false-util, idle and unobserved time, plus the fleet's unallocated and stranded cost.
+-- params: $start, $end (timestamps, window [start, end)), $idle_below (ratio), $false_reported_min (ratio), $false_effective_below (ratio)
+-- columns: kind, team, namespace, gpu_hours, cost_usd, productive_usd, false_util_usd, idle_usd, unobserved_usd, pods, share_of_fleet, fleet_cost_usd
+-- DESIGN §5. Team = the pod's `team` label, else its namespace. A pod's allocated cost is its
+-- allocation time in the window (pods file) x its price (MIG: compute slices / 7 of the GPU unless a
+-- "<model>/<profile>" price row exists; time-sliced: gpu_count), or its observed samples when the
+-- pods file lacks it. Observed time splits into idle / false-util / productive (same tests as
+-- idle_hoarding and false_utilization); allocated time without samples is `unobserved`.
+-- Fleet cost = every GPU in the devices file x its price x the window. This SQL yields per-team rows,
+-- one `fleet` row and one `mig_free` row per MIG GPU (its uninstantiated capacity); chargeback.py
+-- takes the stranded part of that from mig_fragmentation, leaves the rest unallocated, and rounds
+-- every part to the cent with largest remainders so the parts sum exactly to the fleet cost.
+WITH series AS (
+    SELECT * FROM stg_series($start, $end)
+),
+classified AS (
+    SELECT namespace, pod, team, step_seconds * usd_per_hour / 3600.0 AS usd, step_seconds * gpu_share / 3600.0 AS gpu_hours,
+           reported < $idle_below AND coalesce(effective < $idle_below, TRUE) AS idle,
+           effective IS NOT NULL AND reported >= $false_reported_min AND effective < $false_effective_below AS is_false
+    FROM series
+),
+observed AS (
+    SELECT namespace, pod, any_value(team) AS team,
+           coalesce(sum(usd) FILTER (WHERE idle), 0) AS idle_usd,
+           coalesce(sum(usd) FILTER (WHERE is_false), 0) AS false_util_usd,
+           coalesce(sum(usd) FILTER (WHERE NOT idle AND NOT is_false), 0) AS productive_usd,
+           coalesce(sum(usd), 0) AS observed_usd,
+           sum(gpu_hours) AS observed_gpu_hours
+    FROM classified
+    GROUP BY namespace, pod
+),
+allocated AS (
+    -- the part of each allocation inside the window
+    SELECT namespace, pod, team, usd_per_hour, gpu_equivalents,
+           greatest(epoch(least(coalesce(end_ts, $end::TIMESTAMP), $end::TIMESTAMP))
+                    - epoch(greatest(coalesce(start_ts, $start::TIMESTAMP), $start::TIMESTAMP)), 0) AS seconds
+    FROM stg_pods
+),
+per_pod AS (
+    SELECT coalesce(a.namespace, o.namespace) AS namespace,
+           coalesce(a.team, o.team, coalesce(a.namespace, o.namespace)) AS team,
+           greatest(coalesce(a.seconds * a.gpu_equivalents / 3600.0, 0), coalesce(o.observed_gpu_hours, 0)) AS gpu_hours,
+           greatest(coalesce(a.seconds * a.usd_per_hour / 3600.0, 0), coalesce(o.observed_usd, 0)) AS allocated_usd,
+           coalesce(o.productive_usd, 0) AS productive_usd, coalesce(o.false_util_usd, 0) AS false_util_usd,
+           coalesce(o.idle_usd, 0) AS idle_usd, coalesce(o.observed_usd, 0) AS observed_usd
+    FROM allocated a
+    FULL OUTER JOIN observed o ON o.namespace = a.namespace AND o.pod = a.pod
+    WHERE coalesce(a.seconds, 0) > 0 OR o.pod IS NOT NULL
+),
+teams AS (
+    SELECT 'team' AS kind, team, namespace, sum(gpu_hours) AS gpu_hours,
+           sum(productive_usd) AS productive_usd, sum(false_util_usd) AS false_util_usd, sum(idle_usd) AS idle_usd,
+           sum(allocated_usd - observed_usd) AS unobserved_usd, count(*) AS pods,
+           CAST(NULL AS VARCHAR) AS node, CAST(NULL AS VARCHAR) AS gpu_uuid, CAST(NULL AS DOUBLE) AS amount_usd
+    FROM per_pod
+    GROUP BY team, namespace
+),
+gpus AS (
+    SELECT d.node, d.gpu_uuid, min(d.gpu_model) AS gpu_model,
+           sum(d.usd_per_hour) FILTER (WHERE d.mig_gi_id IS NOT NULL) AS instances_usd_per_hour,
+           bool_or(d.mig_gi_id IS NOT NULL) AS mig
+    FROM stg_devices d
+    GROUP BY d.node, d.gpu_uuid
+),
+priced AS (
+    SELECT g.*, p.usd_per_gpu_hour * (epoch($end::TIMESTAMP) - epoch($start::TIMESTAMP)) / 3600.0 AS window_usd,
+           (epoch($end::TIMESTAMP) - epoch($start::TIMESTAMP)) / 3600.0 AS window_hours
+    FROM gpus g LEFT JOIN stg_prices p ON p.gpu_model = g.gpu_model
+),
+fleet AS (
+    SELECT 'fleet' AS kind, NULL AS team, NULL AS namespace, sum(window_hours) AS gpu_hours,
+           0.0, 0.0, 0.0, 0.0, count(*) AS pods, NULL, NULL, coalesce(sum(window_usd), 0) AS amount_usd
+    FROM priced
+),
+mig_free AS (
+    -- a MIG GPU's capacity that no instance holds (GPU price minus its instances' prices)
+    SELECT 'mig_free' AS kind, NULL, NULL, 0.0, 0.0, 0.0, 0.0, 0.0, 0, node, gpu_uuid,
+           greatest(window_usd - coalesce(instances_usd_per_hour, 0) * window_hours, 0) AS amount_usd
+    FROM priced WHERE mig
+),
+final AS (
+    SELECT * FROM teams
+    UNION ALL SELECT * FROM fleet
+    UNION ALL SELECT * FROM mig_free
+)
+SELECT * FROM final ORDER BY kind DESC, team, namespace, node, gpu_uuid

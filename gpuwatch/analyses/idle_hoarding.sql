@@ -1,0 +1,103 @@
+-- Idle hoarding: allocated pods whose GPUs sit idle, for how long, holding what memory, at what cost.
+-- params: $start, $end (timestamps, window [start, end)), $idle_below (ratio), $gap_steps (steps), $min_idle_run_seconds (seconds), $hoarder_idle_share (ratio), $min_observed_seconds (seconds)
+-- columns: namespace, pod, team, idle_gpu_hours, idle_share, longest_idle_seconds, max_fb_used_bytes_idle, idle_cost_usd, hoarder, node, owner_kind, owner_name, priority_class, idle_since, reclaimable_now, usd_per_hour, gpu_count, device_ids, observed_gpu_hours, observed_seconds, observed_cost_usd, end_ts
+-- DESIGN §5. Each sample stands for one series step of its device; GPU-hours are weighted by the
+-- sample's GPU share (MIG slices / 7, a time-sliced pod's gpu_count) so idle cost reconciles with
+-- chargeback. A gap > $gap_steps steps is unknown time: neither idle nor busy, and it ends a run.
+-- Runs are found from each sample's neighbours (staging keeps them): a run starts at an idle sample
+-- after a busy one or a gap, ends at an idle sample before one, and starts pair with ends (ASOF).
+WITH series AS (
+    SELECT * FROM stg_series($start, $end)
+),
+classified AS (
+    SELECT namespace, pod, node, device_key, ts, team, gpu_share, usd_per_hour, fb_used_bytes, step_seconds,
+           reported < $idle_below AND coalesce(effective < $idle_below, TRUE) AS idle,
+           coalesce(prev_reported < $idle_below AND coalesce(prev_effective < $idle_below, TRUE), FALSE) AS prev_idle,
+           coalesce(next_reported < $idle_below AND coalesce(next_effective < $idle_below, TRUE), FALSE) AS next_idle,
+           -- a neighbour outside the window counts as a gap: runs are cut at the window's edges
+           coalesce(dt_seconds > $gap_steps * step_seconds OR epoch(ts) - dt_seconds < epoch($start::TIMESTAMP), TRUE)
+               AS gap_before,
+           coalesce(next_dt_seconds > $gap_steps * step_seconds OR epoch(ts) + next_dt_seconds >= epoch($end::TIMESTAMP), TRUE)
+               AS gap_after
+    FROM series
+),
+run_starts AS (
+    SELECT namespace, pod, node, device_key, ts AS run_start
+    FROM classified WHERE idle AND (NOT prev_idle OR gap_before)
+),
+run_ends AS (
+    SELECT namespace, pod, node, device_key, ts AS run_end, step_seconds
+    FROM classified WHERE idle AND (NOT next_idle OR gap_after)
+),
+runs AS (
+    SELECT s.namespace, s.pod, s.node, s.device_key, s.run_start, e.run_end,
+           epoch(e.run_end) - epoch(s.run_start) + e.step_seconds AS run_seconds
+    FROM run_starts s
+    ASOF JOIN run_ends e
+      ON e.namespace = s.namespace AND e.pod = s.pod AND e.node = s.node AND e.device_key = s.device_key
+     AND e.run_end >= s.run_start
+),
+per_series AS (
+    SELECT namespace, pod, node, device_key,
+           any_value(team) AS team, any_value(gpu_share) AS gpu_share, any_value(usd_per_hour) AS usd_per_hour,
+           count(*) FILTER (WHERE idle) * any_value(step_seconds) AS idle_seconds,
+           count(*) FILTER (WHERE NOT idle) * any_value(step_seconds) AS busy_seconds,
+           max(fb_used_bytes) FILTER (WHERE idle) AS max_fb_idle,
+           any_value(step_seconds) AS step_seconds,
+           max(ts) AS series_last_ts
+    FROM classified
+    GROUP BY ALL
+),
+window_last AS (
+    SELECT max(series_last_ts) AS last_ts FROM per_series
+),
+judged_series AS (
+    -- reclaimable now: an idle run of at least $min_idle_run_seconds ends at the series' last sample,
+    -- and that sample is within one step of the window's latest sample
+    SELECT s.*, r.run_start AS trailing_start,
+           coalesce(r.run_seconds >= $min_idle_run_seconds
+                    AND epoch(w.last_ts) - epoch(s.series_last_ts) <= s.step_seconds, FALSE) AS reclaimable
+    FROM per_series s
+    CROSS JOIN window_last w
+    LEFT JOIN runs r
+      ON r.namespace = s.namespace AND r.pod = s.pod AND r.node = s.node AND r.device_key = s.device_key
+     AND r.run_end = s.series_last_ts
+),
+longest AS (
+    SELECT namespace, pod, max(run_seconds) AS longest_idle_seconds FROM runs GROUP BY ALL
+),
+per_pod AS (
+    SELECT namespace, pod,
+           coalesce(any_value(team), namespace) AS team,
+           sum(idle_seconds * gpu_share) / 3600.0 AS idle_gpu_hours,
+           sum((idle_seconds + busy_seconds) * gpu_share) / 3600.0 AS observed_gpu_hours,
+           sum(idle_seconds) / nullif(sum(idle_seconds + busy_seconds), 0) AS idle_share,
+           max(idle_seconds + busy_seconds) AS observed_seconds,
+           max(max_fb_idle) AS max_fb_used_bytes_idle,
+           sum(idle_seconds * usd_per_hour) / 3600.0 AS idle_cost_usd,
+           sum((idle_seconds + busy_seconds) * usd_per_hour) / 3600.0 AS observed_cost_usd,
+           -- a multi-GPU pod is reclaimable only when every one of its devices is
+           bool_and(reclaimable) AS reclaimable_now,
+           max(trailing_start) AS last_idle_start,
+           sum(usd_per_hour) AS series_usd_per_hour,
+           any_value(node) AS series_node
+    FROM judged_series
+    GROUP BY namespace, pod
+),
+final AS (
+    SELECT p.namespace, p.pod, p.team, p.idle_gpu_hours, p.idle_share,
+           coalesce(l.longest_idle_seconds, 0) AS longest_idle_seconds,
+           p.max_fb_used_bytes_idle, p.idle_cost_usd,
+           (p.idle_share >= $hoarder_idle_share AND p.observed_seconds >= $min_observed_seconds)
+               OR p.reclaimable_now AS hoarder,
+           coalesce(a.node, p.series_node) AS node, a.owner_kind, a.owner_name, a.priority_class,
+           CASE WHEN p.reclaimable_now THEN p.last_idle_start END AS idle_since,
+           p.reclaimable_now,
+           coalesce(a.usd_per_hour, p.series_usd_per_hour) AS usd_per_hour,
+           a.gpu_count, a.device_ids,
+           p.observed_gpu_hours, p.observed_seconds, p.observed_cost_usd, a.end_ts
+    FROM per_pod p
+    LEFT JOIN longest l USING (namespace, pod)
+    LEFT JOIN stg_pods a USING (namespace, pod)
+)
+SELECT * FROM final ORDER BY idle_cost_usd DESC NULLS LAST, idle_gpu_hours DESC, namespace, pod

@@ -1,0 +1,74 @@
+"""Default thresholds for every analysis (DESIGN §5), in one place, and the analysis window.
+
+Every key is a bound ``$param`` of some analysis and a flag of ``gpuwatch analyze``
+(``--idle-below`` for ``idle_below``, ...). Units are in the names or the comments.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime, timedelta
+from typing import Any
+
+DEFAULTS: dict[str, float] = {
+    "idle_below": 0.05,                # ratio: reported (and effective, where known) below this is idle
+    "min_idle_run_seconds": 900.0,     # an idle run this long ending now makes a pod reclaimable
+    "hoarder_idle_share": 0.9,         # idle / observed at or above this ...
+    "min_observed_seconds": 3600.0,    # ... with at least this much observed time is a hoarder
+    "false_reported_min": 0.5,         # ratio: reported at or above this ...
+    "false_effective_below": 0.25,     # ... while effective (SM active) is below this is false utilization
+    "false_offender_share": 0.5,       # a pod with false-util time >= this share of judged time is an offender
+    "gap_steps": 3.0,                  # an interval longer than this many steps is a gap (unknown time)
+    "mem_headroom": 0.2,               # rightsizing: MIG memory must cover peak fb_used_bytes x (1 + this)
+    "compute_quantile": 0.95,          # rightsizing: MIG compute must cover this quantile of SM activity
+    "hours_per_month": 730.0,          # monthly savings = hourly savings x this
+}
+HELP: dict[str, str] = {
+    "idle_below": "ratio 0-1 under which a sample is idle",
+    "min_idle_run_seconds": "seconds of trailing idleness that make a pod reclaimable now",
+    "hoarder_idle_share": "idle share (0-1) that makes a pod a hoarder",
+    "min_observed_seconds": "observed seconds a pod needs before the idle share counts",
+    "false_reported_min": "reported utilization (0-1) at or above which a sample may be false",
+    "false_effective_below": "SM activity (0-1) below which a busy-looking sample is false",
+    "false_offender_share": "share of judged time in false utilization that flags a pod",
+    "gap_steps": "steps without a sample that count as a gap (unknown time)",
+    "mem_headroom": "memory headroom over a pod's peak for rightsizing (0.2 = 20%%)",
+    "compute_quantile": "quantile of SM activity a right-sized MIG profile must cover",
+    "hours_per_month": "hours in a month for savings estimates",
+}
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``"7d"``, ``"36h"``, ``"90m"``, ``"2w"`` -> timedelta; ValueError names the bad text."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise ValueError(f"bad duration {text!r}: expected a number and one of s, m, h, d, w (e.g. 7d)")
+    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def window(last_ts: datetime | None, *, length: timedelta = timedelta(days=7),
+           end: datetime | None = None) -> tuple[datetime, datetime]:
+    """The analysis window [start, end): ``end`` defaults to the hour after the last data point."""
+    if end is None:
+        if last_ts is None:
+            raise ValueError("the store holds no samples or pods: nothing to analyse (ingest a bundle first)")
+        end = _next_hour(last_ts)
+    return end - length, end
+
+
+def params(start: datetime, end: datetime, **overrides: Any) -> dict[str, Any]:
+    """Every analysis parameter: the defaults, the window, and any overrides."""
+    unknown = set(overrides) - set(DEFAULTS)
+    if unknown:
+        raise KeyError(f"unknown analysis parameter(s): {', '.join(sorted(unknown))}")
+    return {**DEFAULTS, **overrides, "start": start, "end": end}
+
+
+def _next_hour(ts: datetime) -> datetime:
+    """The first whole hour strictly after ``ts`` (the window end is exclusive)."""
+    base = ts.replace(minute=0, second=0, microsecond=0)
+    hours = math.floor((ts - base).total_seconds() / 3600) + 1
+    return base + timedelta(hours=hours)

@@ -1,0 +1,8 @@
+-- Prices: USD per GPU-hour per GPU model (and per "<model>/<MIG profile>" where priced apart).
+-- params: (none)
+-- columns: gpu_model, usd_per_gpu_hour
+-- For recommendations.recommend(prices=...) in the app and the report, which run no SQL themselves.
+WITH final AS (
+    SELECT gpu_model, usd_per_gpu_hour FROM stg_prices
+)
+SELECT * FROM final ORDER BY gpu_model

@@ -1,0 +1,121 @@
+"""`gpuwatch analyze`: run every analysis over a window; write one CSV each, or print a summary.
+
+Outputs (DESIGN §5): utilization, idle_hoarding, false_utilization, mig_fragmentation,
+fragmentation_fgd, chargeback and recommendations. Every threshold in analyses.params.DEFAULTS is a
+flag (``--idle-below 0.05`` ...). ``--input DIR`` / ``--from URL`` ingest first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gpuwatch import analyses, recommendations, store
+from gpuwatch.analyses import params as defaults
+
+log = logging.getLogger(__name__)
+OUTPUTS = ("utilization", "idle_hoarding", "false_utilization", "mig_fragmentation", "fragmentation_fgd",
+           "chargeback", "recommendations")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", required=True, help="DuckDB store (created if missing)")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--input", help="ingest this bundle directory first")
+    source.add_argument("--from", dest="source", help="ingest first from prometheus://host:port, a DIR or a .prom file")
+    parser.add_argument("--window", default="7d", help="window length, e.g. 7d, 36h (default: %(default)s)")
+    parser.add_argument("--end", help="window end, ISO-8601 UTC (default: the hour after the last data point)")
+    parser.add_argument("--out", help="directory for the CSV files (required for --format csv)")
+    parser.add_argument("--format", choices=("csv", "table"), default="csv", help="output (default: %(default)s)")
+    group = parser.add_argument_group("thresholds (DESIGN §5)")
+    for key, value in defaults.DEFAULTS.items():
+        group.add_argument(f"--{key.replace('_', '-')}", dest=key, type=float, default=value,
+                           help=f"{defaults.HELP[key]} (default: %(default)s)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.format == "csv" and not args.out:
+        print("gpuwatch analyze: --out DIR is required with --format csv", file=sys.stderr)
+        return 2
+    con = store.connect(args.db)
+    if args.input or args.source:
+        from gpuwatch.store import command
+
+        command.ingest(con, args.input or args.source)
+    thresholds = {k: getattr(args, k) for k in defaults.DEFAULTS}
+    end = _parse_time(args.end) if args.end else None
+    start, end = defaults.window(store.data_range(con)[1], length=defaults.parse_duration(args.window), end=end)
+    results = analyze(con, defaults.params(start, end, **thresholds))
+    if args.out:
+        write_csvs(results, Path(args.out))
+    if args.format == "table":
+        print(summary(results, start=start, end=end))
+    return 0
+
+
+def analyze(con: Any, params: dict) -> dict:
+    """Every output frame, by file name (missing analyses are skipped with a warning)."""
+    results = {}
+    for name in OUTPUTS[:-1]:
+        if name not in analyses.names():
+            log.warning("analysis %s is not installed; skipping %s.csv", name, name)
+            continue
+        results[name] = analyses.run(con, name, **params)
+    rightsizing = analyses.run(con, "rightsizing", **params)
+    prices = con.execute("SELECT * FROM stg_prices").df()
+    hours = (params["end"] - params["start"]).total_seconds() / 3600
+    results["recommendations"] = recommendations.recommend(
+        idle=results.get("idle_hoarding"), false_util=results.get("false_utilization"), rightsizing=rightsizing,
+        mig=results.get("mig_fragmentation"), prices=prices, window_hours=hours,
+        hours_per_month=params["hours_per_month"])
+    return results
+
+
+def write_csvs(results: dict, out: Path) -> None:
+    """One CSV per analysis: timestamps ISO-8601 UTC, floats at full precision."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name, frame in results.items():
+        frame.to_csv(out / f"{name}.csv", index=False, date_format="%Y-%m-%dT%H:%M:%SZ")
+    log.info("wrote %d files to %s", len(results), out)
+
+
+def summary(results: dict, *, start: datetime, end: datetime) -> str:
+    """A readable plain-text summary of the headline numbers."""
+    lines = [f"gpuwatch analysis {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC"]
+    charge = results.get("chargeback")
+    if charge is not None and len(charge):
+        lines.append(f"fleet cost ${charge['fleet_cost_usd'].iloc[0]:,.2f}")
+        for _, r in charge.iterrows():
+            lines.append(f"  {r['team'][:24]:<24} {str(r['namespace'])[:22]:<22} ${r['cost_usd']:>11,.2f}"
+                         f"  idle ${r['idle_usd']:>9,.2f}  false ${r['false_util_usd']:>9,.2f}")
+    idle = results.get("idle_hoarding")
+    if idle is not None:
+        hoarders = idle[idle["hoarder"].fillna(False).astype(bool)]
+        lines.append(f"hoarders: {len(hoarders)} pods, {hoarders['idle_gpu_hours'].sum():,.1f} idle GPU-hours, "
+                     f"${hoarders['idle_cost_usd'].sum():,.2f}")
+    false = results.get("false_utilization")
+    if false is not None:
+        offenders = false[false["offender"].fillna(False).astype(bool)]
+        lines.append(f"false utilization: {len(offenders)} pods, ${offenders['false_util_cost_usd'].sum():,.2f}")
+    mig = results.get("mig_fragmentation")
+    if mig is not None and "stranded_slices" in mig:
+        lines.append(f"MIG: {int(mig['stranded_slices'].sum())} stranded memory slices on {len(mig)} MIG GPUs")
+    recs = results.get("recommendations")
+    if recs is not None and len(recs):
+        lines.append(f"recommendations: {len(recs)}, ${recs['monthly_savings_usd'].sum():,.2f}/month; top 5:")
+        for _, r in recs.head(5).iterrows():
+            lines.append(f"  [{r['kind']}] {r['namespace'] or r['node']}/{r['pod'] or r['gpu_uuid']}: "
+                         f"${r['monthly_savings_usd']:,.2f}/month - {r['evidence']}")
+    return "\n".join(lines)
+
+
+def _parse_time(text: str) -> datetime:
+    import pandas as pd
+
+    stamp = pd.Timestamp(text)
+    stamp = stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
+    return stamp.tz_localize(None).to_pydatetime()

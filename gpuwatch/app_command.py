@@ -1,0 +1,55 @@
+"""`gpuwatch app`: start the Streamlit app on a DuckDB file, read-only.
+
+Execs ``python -m streamlit run app/streamlit_app.py -- --db FILE`` with an argument vector (no
+shell, so any path is passed as-is), headless and without usage statistics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+# app/ sits at the repository root in a checkout; a wheel may carry it as gpuwatch/_app.
+_HERE = Path(__file__).resolve().parent
+APP_SCRIPT = next((p for p in (_HERE / "_app" / "streamlit_app.py", _HERE.parent / "app" / "streamlit_app.py")
+                   if p.is_file()), _HERE.parent / "app" / "streamlit_app.py")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", required=True, help="DuckDB file written by `gpuwatch ingest` (opened read-only)")
+    parser.add_argument("--port", type=int, default=8501, help="port to serve on (default: %(default)s)")
+    parser.add_argument("--address", default="127.0.0.1",
+                        help="address to bind (default: %(default)s; use 0.0.0.0 inside a container)")
+
+
+def command(args: argparse.Namespace, *, script: Path = APP_SCRIPT, python: str = sys.executable) -> list[str]:
+    """The argument vector that runs the app (pure: tests check it without starting anything)."""
+    return [
+        python, "-m", "streamlit", "run", str(script),
+        "--server.headless", "true",
+        "--server.port", str(args.port),
+        "--server.address", args.address,
+        "--browser.gatherUsageStats", "false",
+        "--server.fileWatcherType", "none",
+        "--global.developmentMode", "false",
+        "--client.toolbarMode", "viewer",
+        "--", "--db", os.path.abspath(args.db),
+    ]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Replace this process with the Streamlit server (signals then reach Streamlit directly)."""
+    if not APP_SCRIPT.is_file():
+        print(f"gpuwatch app: the app is not installed ({APP_SCRIPT} missing); run from a source checkout",
+              file=sys.stderr)
+        return 2
+    if not os.path.isfile(args.db):
+        # the app explains this too; failing early saves starting a server for nothing
+        print(f"gpuwatch app: no database at {args.db!r}; create one with "
+              "`gpuwatch ingest --from sample_data --db FILE`", file=sys.stderr)
+        return 2
+    argv = command(args)
+    os.execv(argv[0], argv)
+    return 0  # not reached

@@ -1,0 +1,219 @@
+"""``gpuwatch export-derived``: the analyzer's findings as Prometheus metrics, for alerting.
+
+A per-scrape custom collector on a private registry: each scrape builds fresh families from the
+latest analysis results (idle_hoarding, false_utilization, mig_fragmentation, chargeback when
+present), so a pod that stops being a finding disappears instead of lingering. Results are cached
+for ``--ttl`` seconds so scrapes don't rerun the analyses; the store is opened read-only per
+refresh and closed again, so ``gpuwatch ingest`` can write between refreshes. A failing analysis
+(or store) never fails the scrape: it reads ``gpuwatch_derived_up 0`` and
+``gpuwatch_derived_analysis_up{analysis} 0``, with the other analyses' findings still served.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# name -> (type, help, labels): every series this command serves.
+METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "gpuwatch_idle_gpu_hours": ("gauge", "GPU-hours a pod's GPUs sat idle in the analysis window.",
+                                ("namespace", "pod", "team")),
+    "gpuwatch_false_util_gpu_hours": ("gauge", "GPU-hours a pod looked busy (reported) while its SMs idled (effective).",
+                                      ("namespace", "pod", "team")),
+    "gpuwatch_waste_usd": ("gauge", "Cost of waste in the window by kind (idle|false_util|stranded|unallocated).",
+                           ("namespace", "team", "kind")),
+    "gpuwatch_mig_stranded_slices": ("gauge", "Free MIG memory slices no requested profile can use, per GPU.",
+                                     ("hostname", "UUID")),
+    "gpuwatch_reclaimable_gpus": ("gauge", "GPUs held by pods idle right now for at least the reclaim threshold.", ()),
+    "gpuwatch_derived_analysis_up": ("gauge", "1 if the analysis ran on the last refresh, 0 if it failed.", ("analysis",)),
+    "gpuwatch_derived_up": ("gauge", "1 if every analysis ran on the last refresh, 0 otherwise.", ()),
+    "gpuwatch_derived_window_seconds": ("gauge", "Length of the analysis window.", ()),
+    "gpuwatch_derived_refresh_timestamp_seconds": ("gauge", "When the served findings were computed.", ()),
+}
+ANALYSES = ("idle_hoarding", "false_utilization", "mig_fragmentation", "chargeback")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", required=True, help="DuckDB store written by gpuwatch ingest (opened read-only)")
+    parser.add_argument("--listen", default=":9401", help="[HOST]:PORT to serve /metrics on (default: %(default)s)")
+    parser.add_argument("--window", default="7d", help="analysis window ending at the latest data (default: %(default)s)")
+    parser.add_argument("--ttl", type=float, default=60.0, help="seconds to reuse results between scrapes (default: %(default)s)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuwatch import store
+    from gpuwatch.analyses.params import parse_duration
+
+    window = parse_duration(args.window)
+    collector = DerivedCollector(lambda: store.connect(args.db, read_only=True), window=window, ttl=args.ttl)
+    server = serve(collector, args.listen)
+    log.info("serving derived metrics from %s on :%d/metrics (window %s)", args.db, server.server_address[1], args.window)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+    return 0
+
+
+def render(con: Any, *, window: timedelta | str = "7d") -> str:
+    """The /metrics text for the store behind ``con`` (tests, and a one-shot ``curl``-less check)."""
+    from prometheus_client import generate_latest
+
+    collector = DerivedCollector(lambda: con, window=window, ttl=0.0, close=False)
+    return generate_latest(_registry(collector)).decode()
+
+
+class DerivedCollector:
+    """prometheus_client custom collector; ``connect`` opens the store, ``clock`` is injectable."""
+
+    def __init__(self, connect: Callable[[], Any], *, window: timedelta | str, ttl: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic, close: bool = True):
+        from gpuwatch.analyses.params import parse_duration
+
+        self.connect, self.ttl, self.clock, self.close = connect, ttl, clock, close
+        self.window = parse_duration(window) if isinstance(window, str) else window
+        self._lock = threading.Lock()
+        self._cached: tuple[float, dict] | None = None
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        values = self.values()
+        for name, (_type, help_text, labels) in METRICS.items():
+            family = GaugeMetricFamily(name, help_text, labels=list(labels))
+            for label_values, value in values.get(name, ()):
+                family.add_metric(list(label_values), value)
+            yield family
+
+    def values(self) -> dict[str, list[tuple[tuple, float]]]:
+        """Cached ``{metric: [(label values, value)]}``; recomputed once older than ``ttl``."""
+        with self._lock:
+            now = self.clock()
+            if self._cached is None or now - self._cached[0] >= self.ttl:
+                self._cached = (now, self._refresh())
+            return self._cached[1]
+
+    def _refresh(self) -> dict:
+        try:
+            con = self.connect()
+        except Exception as exc:  # a missing/locked store is a finding about us, not a failed scrape
+            log.warning("export-derived: cannot open the store: %s", exc)
+            return _status({name: False for name in ANALYSES}, self.window)
+        try:
+            return compute(con, window=self.window)
+        finally:
+            if self.close:
+                con.close()
+
+
+def compute(con: Any, *, window: timedelta) -> dict:
+    """Run the analyses over ``window`` ending at the latest data; findings + per-analysis status."""
+    from gpuwatch import analyses, store
+    from gpuwatch.analyses.params import params
+    from gpuwatch.analyses.params import window as analysis_window
+
+    present = [name for name in ANALYSES if name in analyses.names()]
+    try:
+        start, end = analysis_window(store.data_range(con)[1], length=window)
+    except Exception as exc:
+        log.warning("export-derived: no analysis window: %s", exc)
+        return _status(dict.fromkeys(present, False), window)
+    frames, ok = {}, {}
+    for name in present:
+        try:
+            frames[name] = analyses.run(con, name, **params(start, end))
+            ok[name] = True
+        except Exception as exc:  # one broken analysis must not hide the others' findings
+            log.warning("export-derived: analysis %s failed: %s", name, exc)
+            ok[name] = False
+    return _status(ok, window) | findings(frames)
+
+
+def findings(frames: dict) -> dict[str, list[tuple[tuple, float]]]:
+    """Series per metric from analysis frames (DESIGN §5 columns); only non-zero findings."""
+    out: dict[str, list] = {}
+    idle, false = frames.get("idle_hoarding"), frames.get("false_utilization")
+    if idle is not None:
+        out["gpuwatch_idle_gpu_hours"] = _per_pod(idle, "idle_gpu_hours")
+        reclaimable = idle[idle["reclaimable_now"].fillna(False).astype(bool)] if "reclaimable_now" in idle else idle[:0]
+        count = reclaimable["gpu_count"].sum() if "gpu_count" in reclaimable else len(reclaimable)
+        out["gpuwatch_reclaimable_gpus"] = [((), float(count))]
+    if false is not None:
+        out["gpuwatch_false_util_gpu_hours"] = _per_pod(false, "false_util_gpu_hours")
+    out["gpuwatch_waste_usd"] = _waste(frames.get("chargeback"), idle, false)
+    mig = frames.get("mig_fragmentation")
+    if mig is not None:
+        rows = mig[mig["gpu_uuid"].notna() & (mig["stranded_slices"].fillna(0) > 0)]
+        out["gpuwatch_mig_stranded_slices"] = [((r.node, r.gpu_uuid), float(r.stranded_slices))
+                                               for r in rows.itertuples(index=False)]
+    return out
+
+
+def _per_pod(frame, column: str) -> list[tuple[tuple, float]]:
+    rows = frame[frame[column].fillna(0) > 0]
+    return [((r.namespace, r.pod, _text(r.team)), float(getattr(r, column))) for r in rows.itertuples(index=False)]
+
+
+def _waste(chargeback, idle, false) -> list[tuple[tuple, float]]:
+    """Per (namespace, team): idle and false-util cost; fleet: unallocated and stranded cost.
+
+    From chargeback (the same cents as the weekly report) when it ran, else from the idle and
+    false-util findings (which have no fleet-level kinds).
+    """
+    if chargeback is None:
+        parts = [(idle, "idle_cost_usd", "idle"), (false, "false_util_cost_usd", "false_util")]
+        return [s for frame, column, kind in parts if frame is not None for s in _per_team(frame, column, kind)]
+    teams = chargeback[chargeback["kind"] == "team"]
+    out = _per_team(teams, "idle_usd", "idle") + _per_team(teams, "false_util_usd", "false_util")
+    for kind in ("unallocated", "stranded"):
+        total = float(chargeback.loc[chargeback["kind"] == kind, "cost_usd"].sum())
+        if total > 0:
+            out.append((("", "", kind), round(total, 2)))
+    return out
+
+
+def _per_team(frame, column: str, kind: str) -> list[tuple[tuple, float]]:
+    if column not in frame:
+        return []
+    keys = frame.assign(namespace=frame["namespace"].map(_text), team=frame["team"].map(_text))
+    sums = keys.groupby(["namespace", "team"])[column].sum()
+    return [((ns, team, kind), round(float(v), 2)) for (ns, team), v in sums.items() if v > 0]
+
+
+def _text(value) -> str:
+    return "" if value is None or value != value else str(value)
+
+
+def _status(ok: dict[str, bool], window: timedelta) -> dict:
+    return {"gpuwatch_derived_analysis_up": [((name,), float(up)) for name, up in ok.items()],
+            "gpuwatch_derived_up": [((), float(all(ok.values())))],
+            "gpuwatch_derived_window_seconds": [((), window.total_seconds())],
+            "gpuwatch_derived_refresh_timestamp_seconds": [((), time.time())]}
+
+
+def _registry(collector: DerivedCollector):
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return registry
+
+
+def serve(collector: DerivedCollector, listen: str = ":9401"):
+    """Serve /metrics in a background thread; returns the server (``.shutdown()``)."""
+    from prometheus_client import start_http_server
+
+    host, _, port = listen.rpartition(":")
+    if not port.isdigit():
+        raise ValueError(f"--listen {listen!r}: expected [HOST]:PORT, e.g. :9401")
+    server, _thread = start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0", registry=_registry(collector))
+    return server

@@ -1,0 +1,157 @@
+"""The per-scrape custom collector: reads the source and the kubelet (cached for ``interval``),
+builds fresh families each scrape, and knows whether the exporter is healthy.
+
+A failing source or GPU never fails the scrape: a source exception makes
+``gpuwatch_source_up{source}`` 0, a device's own error drops only that device's values, and a
+kubelet failure drops only pod labels (``gpuwatch_attribution_error_info{reason}`` says why).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gpuwatch.exporter.families import Options, Status, build
+from gpuwatch.model import Allocation
+from gpuwatch.sources import Snapshot, Source
+
+log = logging.getLogger(__name__)
+AllocationReader = Callable[[], Sequence[Allocation]]
+
+
+@dataclass(frozen=True)
+class State:
+    read_at: float
+    snapshot: Snapshot | None
+    attributed: Mapping[str, Sequence[Allocation]]
+    status: Status
+
+
+class ExporterCollector:
+    """A prometheus_client custom collector (``collect()``) over one source and the kubelet.
+
+    ``clock`` gives "now" for the source and the cache; readings are refreshed at most once per
+    ``interval_s`` however often Prometheus (or a probe) asks, so 50 scrapes/s cost one read/s.
+    """
+
+    def __init__(self, source: Source, *, allocations: AllocationReader | None = None,
+                 clock: Callable[[], float] = time.time, interval_s: float = 1.0,
+                 options: Options | None = None, timer: Callable[[], float] = time.perf_counter):
+        self.source, self._allocations, self._clock = source, allocations, clock
+        self._interval, self.options, self._timer = interval_s, options or Options(), timer
+        self._lock = threading.Lock()
+        self._state: State | None = None
+        self._seen: dict[str, str] = {}  # every GPU UUID seen since start -> its hostname
+
+    def describe(self) -> list:
+        return []  # registering must not trigger a read
+
+    def collect(self) -> list:
+        state = self.refresh()
+        return build(state.snapshot, state.attributed, state.status, options=self.options)
+
+    def refresh(self) -> State:
+        """The cached state, re-read when older than the interval (one reader at a time)."""
+        with self._lock:
+            now = self._clock()
+            if self._state is None or not 0 <= now - self._state.read_at < self._interval:
+                self._state = self._read(now)
+            return self._state
+
+    def health(self) -> tuple[bool, str]:
+        """(healthy, why): unhealthy with the source down or no GPU visible; the body says why."""
+        state = self.refresh()
+        st, snap = state.status, state.snapshot
+        if not st.source_ok:
+            return False, f"unhealthy: source {st.source} is down: {st.source_error}\n"
+        gpus = {r.device.gpu_uuid for r in snap.readings}
+        if not gpus:
+            return False, f"unhealthy: source {st.source} sees no GPUs on this node\n"
+        lines = [f"ok: {len(gpus)} GPUs ({len(snap.readings)} devices) from source {st.source}"]
+        lines += [f"device error: {r.device.key}: {r.error}" for r in snap.readings if r.error]
+        lines += [f"problem: {p}" for p in snap.problems]
+        lines += [f"lost GPU (fell off the bus): {uuid}" for uuid in sorted(st.lost)]
+        if st.unknown_devices:
+            lines.append(f"kubelet allocates devices the source does not see: {', '.join(st.unknown_devices)}")
+        if st.attribution_reason:
+            lines.append(f"attribution failing ({st.attribution_reason}): {st.attribution_error}; "
+                         "serving metrics without pod labels")
+        return True, "\n".join(lines) + "\n"
+
+    def _read(self, now: float) -> State:
+        started = self._timer()
+        snapshot, error = None, None
+        try:
+            snapshot = self.source.read(now)
+        except Exception as exc:  # any source failure must leave the scrape working
+            error = f"{type(exc).__name__}: {exc}"
+            log.warning("source %s read failed: %s", self.source.name, error)
+        source_seconds = self._timer() - started
+        attributed, kubelet = self._attribute(snapshot)
+        status = Status(source=self.source.name, source_ok=snapshot is not None, source_seconds=source_seconds,
+                        source_error=error, lost=self._lost(snapshot), **kubelet)
+        return State(read_at=now, snapshot=snapshot, attributed=attributed, status=status)
+
+    def _attribute(self, snapshot: Snapshot | None) -> tuple[Mapping[str, Sequence[Allocation]], dict]:
+        if self._allocations is None:
+            return {}, {}
+        started = self._timer()
+        try:
+            allocations = self._allocations()
+        except Exception as exc:  # KubeletError carries .reason; anything else is "error"
+            reason = getattr(exc, "reason", "error")
+            log.warning("attribution failed (%s): %s", reason, exc)
+            return {}, {"kubelet_ok": False, "kubelet_seconds": self._timer() - started,
+                        "attribution_reason": reason, "attribution_error": str(exc)}
+        seconds = self._timer() - started
+        devices = [r.device for r in snapshot.readings] if snapshot else []
+        from gpuwatch.attribution import attribute_with_unknown
+
+        result = attribute_with_unknown(devices, allocations)
+        if result.unknown and snapshot is not None:
+            log.info("kubelet allocations name devices the source does not see: %s", result.unknown_ids)
+        return result.by_device, {"kubelet_ok": True, "kubelet_seconds": seconds,
+                                  "unknown_devices": tuple(result.unknown_ids) if snapshot else ()}
+
+    def _lost(self, snapshot: Snapshot | None) -> dict[str, str]:
+        if snapshot is None:
+            return {}  # the source is down: that is its own signal, not every GPU lost
+        present = {r.device.gpu_uuid: r.device.node for r in snapshot.readings}
+        lost = {uuid: node for uuid, node in self._seen.items() if uuid not in present}
+        default_node = next(iter(present.values()), "")
+        lost |= {uuid: present.get(uuid, self._seen.get(uuid, default_node)) for uuid in snapshot.lost}
+        self._seen |= present
+        return lost
+
+
+def families_at(fleet, t: float, *, node: str | None = None, options: Options | None = None,
+                timestamp: float | None = None) -> list:
+    """The families the exporter serves for the simulated ``fleet`` at time ``t`` (no clock, no
+    sockets): the simulate source's reading plus the kubelet's allocations at ``t``, attributed."""
+    from gpuwatch.attribution import attribute
+    from gpuwatch.sources.simulate import SimulatedSource, allocations_at
+
+    source = SimulatedSource(fleet, node=node)
+    snapshot = source.read(t)
+    allocations = allocations_at(fleet, source.fleet_time(t), node=node)
+    attributed = attribute([r.device for r in snapshot.readings], allocations)
+    status = Status(source="simulate", source_ok=True, source_seconds=0.0, kubelet_ok=True)
+    return build(snapshot, attributed, status, options=options or Options(), timestamp=timestamp)
+
+
+def render_at(fleet, t: float, *, node: str | None = None, hostname_label: str = "hostname",
+              profiling: bool = True, openmetrics: bool = False) -> str:
+    """The /metrics text of the simulated ``fleet`` at simulated time ``t`` (epoch seconds).
+
+    Exactly what ``gpuwatch export --source simulate --simulate-kubelet`` serves at that instant,
+    except ``gpuwatch_source_duration_seconds`` is 0. ``openmetrics=True`` stamps every sample with
+    ``t`` and ends with ``# EOF`` (one instant; for many, see ``backfill.write_openmetrics``).
+    """
+    from gpuwatch.exporter.exposition import render
+
+    options = Options(hostname_label=hostname_label, profiling=profiling)
+    families = families_at(fleet, t, node=node, options=options, timestamp=t if openmetrics else None)
+    return render(families, openmetrics=openmetrics).decode()

@@ -1,0 +1,123 @@
+"""``gpuwatch export``: the per-node exporter (DaemonSet agent). Flags per DESIGN §2."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import tempfile
+import threading
+import time
+
+from gpuwatch.sources import SOURCES, SourceOptions
+
+log = logging.getLogger(__name__)
+DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    a = parser.add_argument
+    a("--source", default="auto", choices=["auto", *SOURCES],
+      help="telemetry source; auto = dcgm if its bindings import, else nvml (default: %(default)s)")
+    a("--listen", default=":9400", help="[HOST]:PORT to serve /metrics and /healthz on (default: %(default)s)")
+    a("--kubelet-socket", default=DEFAULT_SOCKET,
+      help="kubelet pod-resources socket for pod attribution; '' disables (default: %(default)s)")
+    a("--kubelet-timeout", type=duration, default=2.0, help="deadline for one kubelet List call (default: 2s)")
+    a("--resource-name", action="append", default=[], metavar="NAME",
+      help="extra extended-resource name to attribute (repeatable; 'prefix*' allowed)")
+    a("--interval", type=duration, default=1.0,
+      help="readings are re-read at most this often, however often /metrics is scraped (default: 1s)")
+    a("--hostname-label", default="hostname", choices=["hostname", "Hostname"],
+      help="label name for the node: dcgm-exporter <=4.5.3 used Hostname, newer hostname (default: %(default)s)")
+    a("--no-profiling", action="store_true", help="do not read or serve DCGM_FI_PROF_* fields")
+    a("--node-name", default=None, help="hostname label value (default: $NODE_NAME, else the host name)")
+    a("--dcgm-bindings", default=None, metavar="PATH", help="directory holding DCGM's python3 bindings (pydcgm)")
+    a("--dcgm-host", default=None, metavar="HOST[:PORT]",
+      help="remote nv-hostengine (e.g. localhost:5555, or unix:///path); default: embedded hostengine")
+    a("--simulate-gpus", type=int, default=64, help="simulate: fleet size in GPUs (default: %(default)s)")
+    a("--simulate-seed", type=int, default=0, help="simulate: fleet seed (default: %(default)s)")
+    a("--simulate-node", default="all", help="simulate: serve one node of the fleet, or all (default: %(default)s)")
+    a("--simulate-kubelet", action="store_true",
+      help="simulate: also run a fake kubelet gRPC server on a temp socket serving the fleet's pods")
+
+
+def duration(text: str) -> float:
+    """``1s``, ``500ms``, ``2m`` or plain seconds -> seconds."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    text = str(text).strip()
+    for suffix in ("ms", "s", "m", "h"):
+        if text.endswith(suffix) and text[: -len(suffix)].replace(".", "", 1).isdigit():
+            return float(text[: -len(suffix)]) * units[suffix]
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 1s, 500ms, 2m)") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuwatch.exporter.collector import ExporterCollector
+    from gpuwatch.exporter.families import Options
+    from gpuwatch.exporter.server import serve
+    from gpuwatch.sources import NoSourceError, open_source
+
+    node = args.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
+    options = SourceOptions(node=node, interval_s=args.interval, profiling=not args.no_profiling,
+                            dcgm_bindings=args.dcgm_bindings, dcgm_host=args.dcgm_host,
+                            simulate_gpus=args.simulate_gpus, simulate_seed=args.simulate_seed,
+                            simulate_node=args.simulate_node)
+    try:
+        source = open_source(args.source, options)
+    except (NoSourceError, ValueError, ImportError) as exc:
+        log.error("%s", exc)
+        return 2
+    stack: list = [source.close]
+    try:
+        allocations = _attribution(args, source, stack)
+        collector = ExporterCollector(source, allocations=allocations, interval_s=args.interval,
+                                      options=Options(hostname_label=args.hostname_label,
+                                                      profiling=not args.no_profiling))
+        try:
+            server = serve(collector, args.listen)
+        except (ValueError, OSError) as exc:  # bad --listen, port in use: say which
+            log.error("cannot listen on %r: %s", args.listen, exc)
+            return 2
+        stack.append(server.stop)
+        log.info("serving source %s on %s (port %d): /metrics /healthz", source.name, args.listen, server.port)
+        _wait_for_signal()
+        return 0
+    finally:
+        for close in reversed(stack):
+            close()
+
+
+def _attribution(args: argparse.Namespace, source, stack: list):
+    """The allocations reader: the kubelet socket (or a fake kubelet for the simulated fleet)."""
+    from gpuwatch.sources import kubelet
+
+    socket_path = args.kubelet_socket
+    if args.simulate_kubelet:
+        if source.name != "simulate":
+            raise SystemExit("--simulate-kubelet needs --source simulate")
+        from gpuwatch.sources.kubelet_server import pods_from_fleet, serve
+
+        tmp = tempfile.mkdtemp(prefix="gpuwatch-kubelet-")
+        socket_path = os.path.join(tmp, "kubelet.sock")
+        fake = serve(socket_path, pods=lambda: pods_from_fleet(source.fleet, node=source.node,
+                                                               t=source.fleet_time(time.time())))
+        stack.append(lambda: (fake.stop(), os.rmdir(tmp)))
+        log.info("simulated kubelet serving the fleet's allocations on %s", socket_path)
+    if not socket_path:
+        return None
+    client = kubelet.Client(socket_path)
+    stack.append(client.close)
+    names = (*kubelet.DEFAULT_RESOURCE_NAMES, *args.resource_name)
+    return lambda: client.list_allocations(timeout=args.kubelet_timeout, resource_names=names)
+
+
+def _wait_for_signal() -> None:
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()

@@ -1,0 +1,250 @@
+"""MIG geometry: the placement table (DESIGN §6) and an exact placement search.
+
+A100, H100 and H200 GPUs have 8 memory slices and 7 compute slices; a GPU instance occupies
+``size`` consecutive memory slices from one of its profile's valid ``start`` slices. Everything
+here keys on NVML profile ids, never on names (names vary by driver and memory size). The space is
+tiny (25 placements, 2,319 valid layouts): the search enumerates them once and memoizes; pure Python.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache, reduce
+
+MEMORY_SLICES = 8
+COMPUTE_SLICES = 7
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One MIG profile: compute slices, memory slices (``size``), valid starts, max instances."""
+
+    id: int
+    label: str  # driver-independent short name, for display only
+    compute_slices: int
+    size: int
+    starts: tuple[int, ...]
+    max_count: int
+
+
+PROFILES: dict[int, Profile] = {p.id: p for p in (
+    Profile(19, "1g", 1, 1, (0, 1, 2, 3, 4, 5, 6), 7),
+    Profile(20, "1g+me", 1, 1, (0, 1, 2, 3, 4, 5, 6), 1),
+    Profile(15, "1g.2x", 1, 2, (0, 2, 4, 6), 4),
+    Profile(14, "2g", 2, 2, (0, 2, 4), 3),
+    Profile(9, "3g", 3, 4, (0, 4), 2),
+    Profile(5, "4g", 4, 4, (0,), 1),
+    Profile(0, "7g", 7, 8, (0,), 1),
+)}
+
+
+@dataclass(frozen=True, order=True)
+class Placement:
+    """A GPU instance's position: profile id and first memory slice."""
+
+    profile_id: int
+    start: int
+
+    @property
+    def profile(self) -> Profile:
+        return PROFILES[self.profile_id]
+
+    @property
+    def mask(self) -> int:  # bit i set = memory slice i occupied
+        return ((1 << self.profile.size) - 1) << self.start
+
+    def __str__(self) -> str:
+        return f"{self.profile.label}@{self.start}"
+
+
+Layout = tuple[Placement, ...]  # sorted, so equal layouts are equal tuples
+ALL_PLACEMENTS: Layout = tuple(sorted(Placement(p.id, s) for p in PROFILES.values() for s in p.starts))
+
+
+# --- profile names ------------------------------------------------------------------------------
+
+_NAME = re.compile(r"^(?:nvidia\.com/mig-)?(\d)g\.(\d+(?:\.\d+)?)gb([+.]me)?$")
+_BY_COMPUTE = {2: 14, 3: 9, 4: 5, 7: 0}
+# 1g names that say 1 or 2 memory slices on any GPU (1g.10gb is 19 on 80 GB GPUs, 15 on 40 GB).
+_ONE_G_SLICES = {5: 1, 12: 1, 18: 1, 23: 1, 20: 2, 24: 2, 35: 2, 36: 2, 45: 2}
+
+
+def parse_profile(name: str, *, gpu_memory_bytes: float | None = None) -> int:
+    """Profile id of a MIG profile name or device-plugin resource (``nvidia.com/mig-1g.10gb``).
+
+    Accepts driver variants (``3g.39gb``, ``1g.18gb``, ``1g.10gb+me``, resource ``….me``). A 1g
+    name needs ``gpu_memory_bytes`` (the whole GPU's) where its memory is ambiguous. Raises
+    ``ValueError`` naming the problem for anything not in the 8-slice table.
+    """
+    match = _NAME.match(name.strip().lower())
+    if not match:
+        raise ValueError(f"not a MIG profile name: {name!r} (expected e.g. '1g.10gb', 'nvidia.com/mig-3g.40gb')")
+    compute, gigabytes, media = int(match[1]), float(match[2]), bool(match[3])
+    if compute == 1:
+        return 20 if media else (19 if _one_g_slices(name, gigabytes, gpu_memory_bytes) == 1 else 15)
+    if media or compute not in _BY_COMPUTE:
+        raise ValueError(f"MIG profile {name!r} is not in the A100/H100/H200 placement table")
+    profile_id = _BY_COMPUTE[compute]
+    if gpu_memory_bytes and round(gigabytes * 2**33 / gpu_memory_bytes) != PROFILES[profile_id].size:
+        raise ValueError(f"MIG profile {name!r} does not match a {gpu_memory_bytes / 2**30:.0f} GiB GPU's table")
+    return profile_id
+
+
+def _one_g_slices(name: str, gigabytes: float, gpu_memory_bytes: float | None) -> int:
+    if gpu_memory_bytes:  # GiB per memory slice = memory / 2**30 / 8
+        return 1 if gigabytes * 2**33 / gpu_memory_bytes < 1.5 else 2
+    if int(gigabytes) in _ONE_G_SLICES:
+        return _ONE_G_SLICES[int(gigabytes)]
+    raise ValueError(f"MIG profile {name!r} is ambiguous (1 or 2 memory slices) without the GPU's memory")
+
+
+# --- layouts ------------------------------------------------------------------------------------
+
+def check(layout: Iterable[Placement]) -> Layout:
+    """Validate a GPU's instances; returns them sorted. Raises ``ValueError`` naming the fault."""
+    layout = tuple(sorted(layout))
+    used, compute = 0, 0
+    for placement in layout:
+        if placement.profile_id not in PROFILES:
+            raise ValueError(f"unknown MIG profile id {placement.profile_id} (known: {sorted(PROFILES)})")
+        if placement.start not in placement.profile.starts:
+            raise ValueError(f"{placement}: start {placement.start} is not a valid placement "
+                             f"for profile {placement.profile_id}")
+        if used & placement.mask:
+            raise ValueError(f"{placement} overlaps another instance on the same GPU")
+        used, compute = used | placement.mask, compute + placement.profile.compute_slices
+    for profile_id, n in Counter(p.profile_id for p in layout).items():
+        if n > PROFILES[profile_id].max_count:
+            raise ValueError(f"{n} instances of profile {profile_id}; at most {PROFILES[profile_id].max_count} fit")
+    if compute > COMPUTE_SLICES:
+        raise ValueError(f"instances use {compute} compute slices; a GPU has {COMPUTE_SLICES}")
+    return layout
+
+
+def occupied_mask(layout: Iterable[Placement]) -> int:
+    return reduce(int.__or__, (p.mask for p in layout), 0)
+
+
+def free_slices(layout: Iterable[Placement]) -> tuple[int, ...]:
+    """Memory slices no instance occupies."""
+    mask = occupied_mask(layout)
+    return tuple(i for i in range(MEMORY_SLICES) if not mask >> i & 1)
+
+
+def placeable(layout: Iterable[Placement], profile_id: int) -> Layout:
+    """Placements of ``profile_id`` that could be created next on a GPU holding ``layout``."""
+    return _placeable(tuple(sorted(layout)), profile_id)
+
+
+@cache
+def _placeable(layout: Layout, profile_id: int) -> Layout:
+    profile = PROFILES[profile_id]
+    used = occupied_mask(layout)
+    count = sum(p.profile_id == profile_id for p in layout)
+    compute = sum(p.profile.compute_slices for p in layout)
+    if count >= profile.max_count or compute + profile.compute_slices > COMPUTE_SLICES:
+        return ()
+    return tuple(p for p in (Placement(profile_id, s) for s in profile.starts) if not used & p.mask)
+
+
+def stranded_slices(layout: Iterable[Placement], demand: Iterable[int]) -> tuple[int, ...]:
+    """Free memory slices on which no profile in ``demand`` (ids) can be placed."""
+    return _stranded(tuple(sorted(layout)), frozenset(demand))
+
+
+@cache
+def _stranded(layout: Layout, demand: frozenset[int]) -> tuple[int, ...]:
+    usable = occupied_mask(p for profile_id in demand for p in _placeable(layout, profile_id))
+    return tuple(i for i in free_slices(layout) if not usable >> i & 1)
+
+
+@cache
+def all_layouts() -> tuple[Layout, ...]:
+    """Every valid layout (the empty one included), each sorted."""
+    out: list[Layout] = []
+
+    def extend(layout: Layout, index: int) -> None:
+        out.append(layout)
+        for i in range(index, len(ALL_PLACEMENTS)):
+            with contextlib.suppress(ValueError):  # placements in sorted order: layouts stay sorted
+                extend(check((*layout, ALL_PLACEMENTS[i])), i + 1)
+
+    extend((), 0)
+    return tuple(out)
+
+
+@cache
+def _layouts_by_profiles() -> dict[tuple[int, ...], tuple[Layout, ...]]:
+    index: dict[tuple[int, ...], list[Layout]] = {}
+    for layout in all_layouts():
+        index.setdefault(tuple(sorted(p.profile_id for p in layout)), []).append(layout)
+    return {k: tuple(v) for k, v in index.items()}
+
+
+def layouts_for(profile_ids: Iterable[int]) -> tuple[Layout, ...]:
+    """Every valid layout holding exactly these profiles (a multiset); empty if none fits."""
+    return _layouts_by_profiles().get(tuple(sorted(profile_ids)), ())
+
+
+@dataclass(frozen=True)
+class Repack:
+    """The cheapest re-layout of a GPU's in-use instances (idle instances are destroyed).
+
+    ``moves``: in-use instances destroyed and recreated elsewhere; ``unfit``: demanded profile ids
+    that still cannot be created; ``stranded``: free slices no demanded profile can use.
+    """
+
+    layout: Layout
+    moves: int
+    unfit: tuple[int, ...]
+    stranded: tuple[int, ...]
+
+    @property
+    def fits(self) -> bool:
+        return not self.unfit
+
+
+def repack(in_use: Iterable[Placement], demand: Mapping[int, float]) -> Repack:
+    """Search every layout of the in-use instances for the one that lets the most demand be placed.
+
+    Order of preference: least unplaceable demand weight (``demand`` = profile id -> count or
+    frequency), then fewest moved in-use instances, then fewest stranded slices, then the first
+    layout in sorted order (deterministic). The current layout is always a candidate, so the
+    result is never worse than doing nothing.
+    """
+    weights = tuple(sorted((k, float(v)) for k, v in demand.items() if v > 0))
+    return _repack(check(in_use), weights)
+
+
+@cache
+def _repack(current: Layout, weights: tuple[tuple[int, float], ...]) -> Repack:
+    demand = frozenset(k for k, _ in weights)
+
+    def key(layout: Layout) -> tuple:
+        unfit_weight = sum(w for k, w in weights if not _placeable(layout, k))
+        return unfit_weight, len(set(current) - set(layout)), len(_stranded(layout, demand)), layout
+
+    best = min(layouts_for(p.profile_id for p in current), key=key)  # current itself is a candidate
+    return Repack(layout=best, moves=len(set(current) - set(best)), stranded=_stranded(best, demand),
+                  unfit=tuple(k for k, _ in weights if not _placeable(best, k)))
+
+
+def best_case(profile_ids: Iterable[int], demand: Iterable[int]) -> Layout:
+    """The layout of these profiles with the fewest stranded slices; ``ValueError`` if none fits."""
+    demand = frozenset(demand)
+    profile_ids = tuple(profile_ids)
+    candidates = layouts_for(profile_ids)
+    if not candidates:
+        raise ValueError(f"MIG profiles {sorted(profile_ids)} cannot share one GPU")
+    return min(candidates, key=lambda layout: (len(_stranded(layout, demand)), layout))
+
+
+def describe(layout: Iterable[Placement], names: Mapping[int, str] | None = None) -> str:
+    """``3g.40gb@0,1g.10gb@5`` with ``names`` (profile id -> name), else driver-independent labels."""
+    names = names or {}
+    ordered = sorted(layout, key=lambda p: p.start)
+    return ",".join(f"{names.get(p.profile_id, p.profile.label)}@{p.start}" for p in ordered)

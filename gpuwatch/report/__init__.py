@@ -1,0 +1,1 @@
+"""Weekly chargeback reports: self-contained HTML (fleet + one per team) and chargeback.csv."""

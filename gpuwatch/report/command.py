@@ -1,0 +1,43 @@
+"""`gpuwatch report weekly`: the weekly chargeback report (HTML for the fleet and each team + CSV)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="report", metavar="REPORT", required=True)
+    weekly = sub.add_parser("weekly", help="one ISO week: fleet.html, team-*.html, chargeback.csv",
+                            description="Weekly chargeback report for an ISO week (self-contained HTML + CSV).")
+    weekly.add_argument("--db", required=True, help="DuckDB file written by `gpuwatch ingest` (opened read-only)")
+    weekly.add_argument("--week", help="ISO week like 2026-W47 (default: the last complete week in the data)")
+    weekly.add_argument("--out", required=True, type=Path, help="directory to write the report into")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Gather, render and write; errors name the problem and exit 2."""
+    from gpuwatch import __version__, analyses, store
+    from gpuwatch.report import week as weeks
+    from gpuwatch.report import weekly
+
+    if not os.path.isfile(args.db):
+        print(f"gpuwatch report: no database at {args.db!r} (create one with `gpuwatch ingest`)", file=sys.stderr)
+        return 2
+    con = store.connect(args.db, read_only=True)
+    coverage = analyses.run(con, "data_coverage")
+    if coverage.empty or coverage["first_ts"].isna().all():
+        print(f"gpuwatch report: {args.db!r} holds no samples; nothing to report", file=sys.stderr)
+        return 2
+    try:
+        week, complete = (weeks.parse(args.week), True) if args.week else weekly.default_week(coverage)
+    except ValueError as err:
+        print(f"gpuwatch report: {err}", file=sys.stderr)
+        return 2
+    data = weekly.gather(con, week, db_name=os.path.basename(args.db), complete=complete)
+    written = weekly.write(data, args.out, version=__version__)
+    note = "" if complete else " (partial week: the data does not cover a whole ISO week)"
+    print(f"wrote {len(written)} files for {week.label}{note} to {args.out}")
+    return 0

@@ -1,0 +1,99 @@
+"""The weekly report: gather the analyses for one ISO week, then write HTML (fleet + per team) and CSV.
+
+``gather`` does the I/O (analyses over the store); ``fleet_view``/``team_view`` (view.py) are pure
+and turn the frames into what the template shows; ``write`` renders and writes the files. Money
+comes straight from the chargeback analysis, so the report's totals equal it to the cent.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gpuwatch.recommendations as recommendations
+from gpuwatch import analyses
+from gpuwatch.analyses import params as analysis_params
+from gpuwatch.report import render, view
+from gpuwatch.report.week import Week
+
+
+@dataclass
+class WeekData:
+    """Every frame one week's report needs (this week, plus last week's chargeback for the trend)."""
+
+    week: Week
+    complete: bool
+    previous_covered: bool  # the data reaches back over the whole previous week (else: no trend)
+    db_name: str
+    thresholds: dict[str, float]
+    frames: dict[str, Any] = field(default_factory=dict)
+
+
+def gather(con: Any, week: Week, *, db_name: str, complete: bool = True,
+           thresholds: dict[str, float] | None = None) -> WeekData:
+    """Run every analysis the report shows over ``week`` (and the chargeback of the week before)."""
+    limits = dict(analysis_params.DEFAULTS if thresholds is None else thresholds)
+    this = analysis_params.params(week.start, week.end, **limits)
+    last = analysis_params.params(week.previous().start, week.previous().end, **limits)
+    frames = {name: analyses.run(con, name, **this)
+              for name in ("chargeback", "idle_hoarding", "false_utilization", "mig_fragmentation", "reclaim_audit")}
+    frames["previous_chargeback"] = analyses.run(con, "chargeback", **last)
+    coverage = analyses.run(con, "data_coverage")
+    first = coverage.at[0, "first_ts"] if len(coverage) else None
+    previous_covered = first is not None and not _missing(first) and first.to_pydatetime() <= last["start"]
+    frames["daily"] = analyses.run(con, "fleet_timeseries", bucket_seconds=86400, **this)
+    frames["recommendations"] = recommendations.recommend(
+        idle=frames["idle_hoarding"], false_util=frames["false_utilization"],
+        rightsizing=analyses.run(con, "rightsizing", **this), mig=frames["mig_fragmentation"],
+        prices=analyses.run(con, "prices"), window_hours=(week.end - week.start).total_seconds() / 3600,
+        hours_per_month=limits["hours_per_month"])
+    return WeekData(week=week, complete=complete, previous_covered=previous_covered, db_name=db_name,
+                    thresholds=limits, frames=frames)
+
+
+def _missing(value: Any) -> bool:
+    return value is None or value != value  # None, NaN, NaT
+
+
+def slug(team: str) -> str:
+    """A file-name-safe, collision-free name for a team (any text may be a team)."""
+    readable = re.sub(r"[^a-z0-9]+", "-", team.lower()).strip("-")[:40] or "team"
+    return f"{readable}-{hashlib.sha256(team.encode()).hexdigest()[:8]}"
+
+
+def write(data: WeekData, out: Path, *, version: str) -> list[Path]:
+    """Write ``fleet.html``, ``team-<slug>.html`` per team and ``chargeback.csv`` into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    fleet = view.fleet_view(data)
+    (out / "fleet.html").write_text(render.page(fleet, version=version), encoding="utf-8")
+    written.append(out / "fleet.html")
+    for team in view.teams(data):
+        path = out / f"team-{slug(team)}.html"
+        path.write_text(render.page(view.team_view(data, team), version=version), encoding="utf-8")
+        written.append(path)
+    csv = out / "chargeback.csv"
+    charge = data.frames["chargeback"]
+    money = {c: 2 for c in charge.columns if c.endswith("_usd")}  # cents, as the analysis rounded them
+    charge.round({**dict.fromkeys(charge.select_dtypes("float").columns, 6), **money}).to_csv(csv, index=False)
+    written.append(csv)
+    return written
+
+
+def default_week(coverage: Any) -> tuple[Week, bool]:
+    """The last complete ISO week in the data, else the latest (partial) one, and whether complete."""
+    from gpuwatch.report import week as weeks
+
+    first = coverage.at[0, "first_ts"].to_pydatetime()
+    last = coverage.at[0, "last_ts"].to_pydatetime()
+    step = float(coverage.at[0, "step_seconds"] or 0)
+    complete = weeks.last_complete(first, last, step_seconds=step)
+    return (complete, True) if complete else (weeks.of(last), False)
+
+
+def now_utc() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)

@@ -1,0 +1,201 @@
+"""`gpuwatch simulate`: write a bundle (DESIGN §3) for a synthetic fleet, plus ``truth.csv``.
+
+Samples stream segment by segment (workloads.iter_samples) into Parquet row groups or appended
+CSV chunks, so 1,024 GPUs x 7 days x 30 s (20.6M rows) and 10,240-GPU fleets fit in memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from gpuwatch import workloads
+from gpuwatch.model import BUNDLE_COLUMNS, TRUTH_COLUMNS
+
+log = logging.getLogger(__name__)
+ROW_GROUP_ROWS = 1_000_000
+_TEXT = ("node", "gpu_uuid", "namespace", "pod", "container")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gpus", type=int, default=64, help="number of GPUs, 8 per node (default: %(default)s)")
+    parser.add_argument("--days", type=float, default=7.0, help="length of the trace in days (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed; same seed, same fleet (default: %(default)s)")
+    parser.add_argument("--step", type=float, default=60.0, help="sampling interval in seconds (default: %(default)s)")
+    parser.add_argument("--start", type=_epoch, default=workloads.DEFAULT_START,
+                        help="first timestamp, ISO-8601 UTC or epoch seconds (default: workloads.DEFAULT_START)")
+    parser.add_argument("--out", required=True, help="bundle directory to write")
+    parser.add_argument("--format", choices=("parquet", "csv"), default="parquet", help="file format (default: %(default)s)")
+    parser.add_argument("--small-format", choices=("parquet", "csv"),
+                        help="format of devices/pods/prices (default: same as --format)")
+
+
+def run(args: argparse.Namespace) -> int:
+    fleet = workloads.build_fleet(gpus=args.gpus, seed=args.seed, start=args.start, days=args.days)
+    counts = write_bundle(fleet, Path(args.out), step=args.step, fmt=args.format,
+                          small_fmt=args.small_format or args.format)
+    print(f"wrote {args.out}: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()))
+    return 0
+
+
+def write_bundle(fleet: workloads.Fleet, out: Path, *, step: float = 60.0, fmt: str = "parquet",
+                 small_fmt: str | None = None) -> dict[str, int]:
+    """Write devices, pods, prices, samples and truth.csv for ``fleet``; returns rows per file."""
+    import pandas as pd
+
+    out.mkdir(parents=True, exist_ok=True)
+    small_fmt = small_fmt or fmt
+    small = {"devices": devices_frame(fleet), "pods": pods_frame(fleet, fmt=small_fmt), "prices": prices_frame()}
+    for name, frame in small.items():
+        _write_small(frame, out / f"{name}.{small_fmt}")
+    pd.DataFrame(fleet.truth, columns=list(TRUTH_COLUMNS)).to_csv(out / "truth.csv", index=False)
+    writer = _ParquetSink(out / "samples.parquet") if fmt == "parquet" else _CsvSink(out / "samples.csv")
+    with writer:
+        for batch in sample_batches(fleet, step=step):
+            writer.write(batch)
+    return {**{k: len(v) for k, v in small.items()}, "samples": writer.rows, "truth": len(fleet.truth)}
+
+
+def devices_frame(fleet: workloads.Fleet):
+    """One row per GPU (MIG parents included, DESIGN §3) and one per MIG instance."""
+    import pandas as pd
+
+    rows, parents = [], set()
+    for device in fleet.devices:
+        if device.is_mig and device.gpu_uuid not in parents:
+            parents.add(device.gpu_uuid)
+            rows.append({**device.bundle_row(), **dict.fromkeys(BUNDLE_COLUMNS["devices"][5:])})
+        rows.append(device.bundle_row())
+    frame = pd.DataFrame(rows, columns=list(BUNDLE_COLUMNS["devices"]))
+    for column in BUNDLE_COLUMNS["devices"][5:]:
+        if column != "mig_profile":
+            frame[column] = frame[column].astype("Int64")
+    return frame
+
+
+def pods_frame(fleet: workloads.Fleet, *, fmt: str):
+    import pandas as pd
+
+    frame = pd.DataFrame([p.bundle_row() for p in fleet.pods], columns=list(BUNDLE_COLUMNS["pods"]))
+    for column in ("start_ts", "end_ts"):
+        stamps = pd.to_datetime(frame[column].astype(float), unit="s", utc=True)
+        frame[column] = stamps.dt.strftime("%Y-%m-%dT%H:%M:%SZ").where(stamps.notna(), None) if fmt == "csv" else stamps
+    return frame
+
+
+def prices_frame():
+    import pandas as pd
+
+    return pd.DataFrame(sorted(workloads.PRICES_USD_PER_GPU_HOUR.items()), columns=list(BUNDLE_COLUMNS["prices"]))
+
+
+def sample_batches(fleet: workloads.Fleet, *, step: float, rows: int = ROW_GROUP_ROWS):
+    """pyarrow tables of about ``rows`` samples each, segment by segment."""
+    import pyarrow as pa
+
+    grid = np.arange(fleet.start, fleet.end, step)
+    parts, pending = [], 0
+    for segment, ts, values in workloads.iter_samples(fleet, grid):
+        parts.append(_segment_table(fleet, segment, ts, values))
+        pending += len(ts)
+        if pending >= rows:
+            yield pa.concat_tables(parts)
+            parts, pending = [], 0
+    if parts:
+        yield pa.concat_tables(parts)
+
+
+def _segment_table(fleet, segment, ts: np.ndarray, values: dict):
+    import pyarrow as pa
+
+    device = fleet.devices[segment.device]
+    pod = None if segment.pod is None else fleet.pods[segment.pod]
+    text = {"node": device.node, "gpu_uuid": device.gpu_uuid, "namespace": pod and pod.namespace,
+            "pod": pod and pod.pod, "container": pod and pod.container}
+    n = len(ts)
+    columns = {"ts": pa.array((ts * 1000).astype("int64"), pa.timestamp("ms", tz="UTC"))}
+    for name in BUNDLE_COLUMNS["samples"][1:]:
+        if name in _TEXT:
+            columns[name] = _repeat(text[name], n)
+        elif name == "mig_gi_id":
+            columns[name] = pa.array(np.full(n, device.mig_gi_id if device.is_mig else 0, dtype=np.int32),
+                                     mask=np.full(n, not device.is_mig))
+        else:
+            columns[name] = pa.array(values[name], pa.float64(), from_pandas=True)
+    return pa.table(columns, schema=_schema())
+
+
+def _repeat(value: str | None, n: int):
+    """``value`` n times as a dictionary array (one string, no copies); None = all NULL."""
+    import pyarrow as pa
+
+    if value is None:
+        return pa.DictionaryArray.from_arrays(pa.nulls(n, pa.int32()), pa.array([], pa.string()))
+    return pa.DictionaryArray.from_arrays(np.zeros(n, dtype=np.int32), pa.array([value], pa.string()))
+
+
+def _schema():
+    import pyarrow as pa
+
+    text = pa.dictionary(pa.int32(), pa.string())
+    fields = [("ts", pa.timestamp("ms", tz="UTC"))]
+    for name in BUNDLE_COLUMNS["samples"][1:]:
+        fields.append((name, text if name in _TEXT else pa.int32() if name == "mig_gi_id" else pa.float64()))
+    return pa.schema(fields)
+
+
+def _epoch(text: str) -> float:
+    """Epoch seconds from ``1794182400`` or ``2026-11-09T00:00:00Z``."""
+    from datetime import UTC, datetime
+
+    try:
+        return float(text)
+    except ValueError:
+        stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
+
+
+def _write_small(frame, path: Path) -> None:
+    if path.suffix == ".csv":
+        frame.to_csv(path, index=False)
+    else:
+        frame.to_parquet(path, index=False)
+
+
+class _ParquetSink:
+    def __init__(self, path: Path):
+        import pyarrow.parquet as pq
+
+        self.rows = 0
+        self.writer = pq.ParquetWriter(str(path), _schema(), compression="zstd")
+
+    def write(self, table) -> None:
+        self.writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        self.rows += table.num_rows
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.writer.close()
+
+
+class _CsvSink:
+    def __init__(self, path: Path):
+        self.path, self.rows = path, 0
+
+    def write(self, table) -> None:
+        frame = table.to_pandas()
+        frame["ts"] = frame["ts"].astype("int64") // 10**9 if frame["ts"].dt.tz is None else (
+            frame["ts"].dt.tz_convert("UTC").dt.tz_localize(None).astype("datetime64[s]").astype("int64"))
+        frame.to_csv(self.path, mode="a" if self.rows else "w", header=not self.rows, index=False)
+        self.rows += len(frame)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass

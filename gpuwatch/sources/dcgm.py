@@ -1,0 +1,216 @@
+"""The ``dcgm`` source: DCGM's own Python bindings (pydcgm / DcgmReader), which ship with DCGM
+(not PyPI): ``/usr/share/datacenter-gpu-manager-4/bindings/python3`` (DCGM 4),
+``/usr/local/dcgm/bindings/python3`` (DCGM 3), or ``--dcgm-bindings PATH``.
+
+Embedded hostengine by default, or a remote one with ``--dcgm-host``. Like dcgm-exporter's
+default ("flex") mode, whole GPUs are read at GPU level and MIG-enabled GPUs at GPU-instance
+level (``DCGM_FE_GPU_I`` entities from ``dcgmGetGpuInstanceHierarchy``). Fields are keyed by
+numeric id (DCGM 4.6 renamed the constants). DCGM's blank / not-found / not-supported /
+not-permissioned sentinels are dropped in ``parse``, never exported as numbers. DCGM has no MIG
+UUID or placement, so those come from NVML (``nvml.mig_identities``) where NVML is usable.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+from types import SimpleNamespace
+
+from gpuwatch.model import Device
+from gpuwatch.sources import DeviceReading, Snapshot, SourceOptions
+
+log = logging.getLogger(__name__)
+BINDINGS_DIRS = ("/usr/share/datacenter-gpu-manager-4/bindings/python3", "/usr/local/dcgm/bindings/python3")
+MODULES = ("pydcgm", "DcgmReader", "dcgm_fields", "dcgm_structs", "dcgm_agent")
+FE_GPU, FE_GPU_I = 1, 4  # dcgm_fields.DCGM_FE_GPU / DCGM_FE_GPU_I
+FI_DRIVER_VERSION, FI_DEV_NAME, FI_FB_TOTAL = 1, 50, 250
+# Every field exporter.metrics.METRICS serves, plus driver version, GI profile name and FB total
+# (tests/test_source_dcgm.py keeps this in step with METRICS; sources may not import the exporter).
+WATCHED_FIELD_IDS = (1, 50, 100, 101, 140, 150, 155, 156, 202, 203, 204, 206, 207, 230, 250, 251, 252, 253,
+                     449, 526, 393, 394, 395, 1001, 1002, 1003, 1004, 1005, 1009, 1010, 1011, 1012)
+# dcgmvalue.py sentinels (Python sees int fields as int64): BLANK, +1 NOT_FOUND, +2 NOT_SUPPORTED,
+# +3 NOT_PERMISSIONED
+INT64_BLANK, FP64_BLANK = 0x7FFFFFFFFFFFFFF0, 140737488355328.0
+
+
+def load_bindings(path: str | None = None) -> SimpleNamespace:
+    """Put DCGM's bindings directory on sys.path and import them (ImportError says where it looked)."""
+    dirs = [path] if path else list(BINDINGS_DIRS)
+    found = next((d for d in dirs if os.path.isdir(d)), None)
+    if found and found not in sys.path:
+        sys.path.insert(0, found)
+    try:
+        return SimpleNamespace(**{name: importlib.import_module(name) for name in MODULES})
+    except ImportError as exc:
+        raise ImportError(f"DCGM Python bindings not importable ({exc}); looked in {', '.join(dirs)}: install "
+                          "datacenter-gpu-manager-4-core or pass --dcgm-bindings PATH") from exc
+
+
+def probe(options: SourceOptions) -> str | None:
+    try:
+        load_bindings(options.dcgm_bindings)
+    except ImportError as exc:
+        return str(exc)
+    return None
+
+
+def open_source(options: SourceOptions, *, dcgm: SimpleNamespace | None = None, nvml=None) -> DcgmSource:
+    """Load libdcgm; connecting (embedded or ``--dcgm-host``) happens on the first read and again
+    after a failure, so a hostengine that is down at start-up is a ``source_up 0``, not a crash loop."""
+    dcgm = dcgm or load_bindings(options.dcgm_bindings)
+    dcgm.dcgm_structs._dcgmInit()
+    return DcgmSource(dcgm, None, options=options, nvml=nvml)
+
+
+def connect(dcgm: SimpleNamespace, host: str | None):
+    """``pydcgm.DcgmHandle``: embedded hostengine (host None), ``unix:///path`` or ``host[:port]``."""
+    mode = dcgm.dcgm_structs.DCGM_OPERATION_MODE_AUTO
+    if not host:
+        return dcgm.pydcgm.DcgmHandle(None, opMode=mode)
+    if host.startswith("unix://"):
+        return dcgm.pydcgm.DcgmHandle(None, unixSocketPath=host[len("unix://"):], opMode=mode)
+    return dcgm.pydcgm.DcgmHandle(None, ipAddress=host, opMode=mode)
+
+
+class DcgmSource:
+    name = "dcgm"
+
+    def __init__(self, dcgm: SimpleNamespace, handle, *, options: SourceOptions, nvml=None):
+        self.dcgm, self.handle, self.options, self._nvml = dcgm, handle, options, nvml
+        self.fields = [f for f in WATCHED_FIELD_IDS if options.profiling or not 1000 <= f < 1100]
+        self._reader, self._entities, self._mig = None, None, {}
+
+    def read(self, now: float) -> Snapshot:
+        return parse(self.read_raw(), node=self.options.node)
+
+    def read_raw(self) -> dict:
+        """GPU attributes, the MIG hierarchy and the latest entity values, as plain data."""
+        if self.handle is None:
+            self.handle = connect(self.dcgm, self.options.dcgm_host)
+            self._entities = None
+        system = self.handle.GetSystem()
+        gpus = []
+        for gpu_id in system.discovery.GetAllSupportedGpuIds():
+            ids = system.discovery.GetGpuAttributes(gpu_id).identifiers
+            gpus.append({"gpu_id": gpu_id, "uuid": _text(ids.uuid), "pci_bus_id": _text(ids.pciBusId),
+                         "model": _text(ids.deviceName)})
+        instances = self._instances()
+        entities = tuple((FE_GPU, g["gpu_id"]) for g in gpus if g["gpu_id"] not in {i["gpu_id"] for i in instances})
+        entities += tuple((FE_GPU_I, i["entity_id"]) for i in instances)
+        if entities != self._entities:  # first read, or MIG was reconfigured: watch the new set
+            self._watch(entities, gpus)
+        instances = [gi | self._mig.get((gi["gpu_uuid"], gi["gi_id"]), {}) for gi in instances]
+        values = self._reader.GetLatestEntityValuesAsFieldIdDict() if entities else {}
+        if entities and not values:  # DcgmReader swallows CONNECTION_NOT_VALID and returns {}
+            self._entities, self.handle = None, None  # reconnect on the next read
+            raise ConnectionError("DCGM returned no values: is nv-hostengine running / reachable?")
+        return {"gpus": gpus, "instances": instances, "values": values}
+
+    def _instances(self) -> list[dict]:
+        hierarchy = self.dcgm.dcgm_agent.dcgmGetGpuInstanceHierarchy(self.handle.handle)
+        out = []
+        for e in hierarchy.entityList[: hierarchy.count]:
+            if e.entity.entityGroupId != FE_GPU_I:
+                continue  # compute instances: dcgm-exporter reports per GPU instance
+            gi = {"entity_id": e.entity.entityId, "gpu_id": e.parent.entityId, "gpu_uuid": _text(e.info.gpuUuid),
+                  "gi_id": e.info.nvmlInstanceId, "profile_id": e.info.nvmlMigProfileId}
+            out.append(gi)
+        return out
+
+    def _watch(self, entities: tuple, gpus: list[dict]) -> None:
+        self._mig = self._mig_identities() if any(e[0] == FE_GPU_I for e in entities) else {}
+        structs = self.dcgm.dcgm_structs
+        pairs = []
+        for group, entity in entities:
+            pair = structs.c_dcgmGroupEntityPair_t()
+            pair.entityGroupId, pair.entityId = group, entity
+            pairs.append(pair)
+        if self._reader is not None:
+            self._reader.Shutdown()
+        interval_us = max(100_000, int(self.options.interval_s * 1e6))  # DCGM's minimum sample period
+        self._reader = self.dcgm.DcgmReader.DcgmReader(fieldIds=self.fields, updateFrequency=interval_us,
+                                                       maxKeepAge=60.0, entities=pairs,
+                                                       fieldGroupName="gpuwatch_fields")
+        self._reader.SetHandle(self.handle.handle)
+        self._entities = entities
+        log.info("DCGM: watching %d fields on %d entities (%d GPUs)", len(self.fields), len(entities), len(gpus))
+
+    def _mig_identities(self) -> dict:
+        try:
+            from gpuwatch.sources import nvml as nvml_source
+
+            module = self._nvml or importlib.import_module("pynvml")
+            module.nvmlInit()
+            return {key: {"mig_uuid": gi["uuid"], "placement_start": gi["placement_start"],
+                          "placement_size": gi["placement_size"]}
+                    for key, gi in nvml_source.mig_identities(module).items()}
+        except Exception as exc:  # MIG series still work; only kubelet's MIG-UUID ids won't match
+            log.warning("NVML unavailable for MIG UUIDs/placements (%s); MIG attribution by MIG UUID disabled", exc)
+            return {}
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.Shutdown()
+        if self.handle is not None:
+            self.handle.Shutdown()
+
+
+def parse(raw: dict, *, node: str) -> Snapshot:
+    """Plain-data DCGM read -> Snapshot (field ids kept; sentinels and strings dropped)."""
+    values = {int(g): {int(e): v for e, v in ents.items()} for g, ents in raw["values"].items()}
+    gpus = {g["gpu_id"]: g for g in raw["gpus"]}
+    readings, lost, driver = [], [], None
+    mig_parents = {i["gpu_id"] for i in raw["instances"]}
+    for gpu_id, gpu in gpus.items():
+        if gpu_id in mig_parents:
+            continue
+        fields = values.get(FE_GPU, {}).get(gpu_id, {})
+        driver = driver or _string(fields.get(FI_DRIVER_VERSION) or fields.get(str(FI_DRIVER_VERSION)))
+        reading = _reading(_device(gpu, node, fields), fields)
+        if not reading.values:  # DCGM blanks every field of a GPU that fell off the bus
+            lost.append(gpu["uuid"])
+        readings.append(reading)
+    for gi in raw["instances"]:
+        fields = values.get(FE_GPU_I, {}).get(gi["entity_id"], {})
+        profile = _string(fields.get(FI_DEV_NAME) or fields.get(str(FI_DEV_NAME)))
+        readings.append(_reading(_device(gpus[gi["gpu_id"]], node, fields, gi=gi, profile=profile), fields))
+    problems = tuple(f"DCGM has no values for GPU {uuid} (lost?)" for uuid in lost)
+    return Snapshot(source="dcgm", readings=tuple(readings), lost=tuple(lost), problems=problems,
+                    driver_version=driver or raw.get("driver_version"))
+
+
+def _device(gpu: dict, node: str, fields: dict, *, gi: dict | None = None, profile: str | None = None) -> Device:
+    total_mib = fields.get(FI_FB_TOTAL, fields.get(str(FI_FB_TOTAL)))
+    total = total_mib << 20 if isinstance(total_mib, int) and not is_blank(total_mib) else 0
+    base = {"node": node, "gpu_uuid": gpu["uuid"], "gpu_index": gpu["gpu_id"], "gpu_model": gpu["model"],
+            "fb_total_bytes": total, "pci_bus_id": gpu["pci_bus_id"]}
+    if gi is None:
+        return Device(**base)
+    return Device(**base, mig_gi_id=gi["gi_id"], mig_profile=profile, mig_profile_id=gi.get("profile_id"),
+                  mig_placement_start=gi.get("placement_start"), mig_placement_size=gi.get("placement_size"),
+                  mig_uuid=gi.get("mig_uuid"))
+
+
+def _reading(device: Device, fields: dict) -> DeviceReading:
+    values = {}
+    for fid, value in fields.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or is_blank(value):
+            continue
+        values[int(fid)] = value
+    return DeviceReading(device, values)
+
+
+def is_blank(value: int | float) -> bool:
+    """DCGM's BLANK / NOT_FOUND / NOT_SUPPORTED / NOT_PERMISSIONED sentinels (int32, int64, fp64)."""
+    return value >= (FP64_BLANK if isinstance(value, float) else INT64_BLANK)
+
+
+def _string(value) -> str | None:
+    value = _text(value)
+    return value if isinstance(value, str) and value and not value.startswith("<<<") else None
+
+
+def _text(value):
+    return value.decode() if isinstance(value, bytes) else value

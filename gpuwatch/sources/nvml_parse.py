@@ -1,0 +1,95 @@
+"""Pure half of the ``nvml`` source: the dict ``nvml.read`` returns -> Snapshot in DCGM units.
+
+No pynvml here (nvml.py holds every pynvml call); fed captured payloads in tests.
+"""
+
+from __future__ import annotations
+
+from gpuwatch.model import Device
+from gpuwatch.sources import DeviceReading, ProcessReading, Snapshot
+
+MIB = 1 << 20
+# GPM metric id (pynvml NVML_GPM_METRIC_*) -> (raw key, DCGM field id, scale to DCGM units)
+GPM_METRICS = {1: ("graphics_util", 1001, 0.01), 2: ("sm_util", 1002, 0.01), 3: ("sm_occupancy", 1003, 0.01),
+               5: ("any_tensor_util", 1004, 0.01), 10: ("dram_bw_util", 1005, 0.01),
+               20: ("pcie_tx_mib_s", 1009, MIB), 21: ("pcie_rx_mib_s", 1010, MIB),
+               61: ("nvlink_tx_mib_s", 1011, MIB), 60: ("nvlink_rx_mib_s", 1012, MIB)}
+
+
+def mig_profile_name(device_name: str) -> str:
+    """``NVIDIA H200 MIG 1c.3g.71gb`` -> ``3g.71gb`` (the GPU instance's profile, no CI part)."""
+    profile = device_name.rsplit("MIG ", 1)[-1].strip()
+    parts = profile.split(".")
+    return ".".join(parts[1:]) if len(parts) == 3 and parts[0].endswith("c") else profile
+
+
+
+def parse(raw: dict, *, node: str) -> Snapshot:
+    """The dict ``read`` returns -> Snapshot (DCGM field ids and units), one reading per device."""
+    readings, lost, problems = [], [], []
+    for gpu in raw["gpus"]:
+        if gpu.get("lost") or gpu.get("error"):
+            if gpu.get("lost") and gpu.get("uuid"):
+                lost.append(gpu["uuid"])
+            problems.append(f"GPU {gpu['index']} ({gpu.get('uuid') or 'uuid unknown'}): {gpu.get('error')}")
+            continue
+        readings.extend(_gpu_readings(gpu, node))
+    return Snapshot(source="nvml", readings=tuple(readings), lost=tuple(lost), problems=tuple(problems),
+                    driver_version=raw.get("driver_version"))
+
+
+def _gpu_readings(gpu: dict, node: str) -> list[DeviceReading]:
+    parent = Device(node=node, gpu_uuid=gpu["uuid"], gpu_index=gpu["index"], gpu_model=gpu["name"],
+                    fb_total_bytes=gpu["memory"]["total"], pci_bus_id=_bus_id(gpu["pci_bus_id"]))
+    shared = _gpu_wide_values(gpu)
+    if not gpu.get("mig"):
+        values = shared | _memory(gpu["memory"]) | _gpm(gpu.get("gpm"))
+        if gpu.get("utilization"):
+            values |= {203: gpu["utilization"]["gpu"], 204: gpu["utilization"]["memory"]}
+        return [DeviceReading(parent, values, processes=_processes(gpu.get("processes") or []))]
+    out = []
+    for gi in gpu["mig"]:  # GPU-wide fields repeated on every instance, as dcgm-exporter does
+        device = Device(node=node, gpu_uuid=gpu["uuid"], gpu_index=gpu["index"], gpu_model=gpu["name"],
+                        fb_total_bytes=gi["memory"]["total"], pci_bus_id=parent.pci_bus_id, mig_gi_id=gi["gi_id"],
+                        mig_profile=gi["profile"], mig_profile_id=gi["profile_id"],
+                        mig_placement_start=gi["placement_start"], mig_placement_size=gi["placement_size"],
+                        mig_uuid=gi["uuid"])
+        values = shared | _memory(gi["memory"]) | _gpm(gi.get("gpm"), mig=True)
+        out.append(DeviceReading(device, values))
+    return out
+
+
+def _gpu_wide_values(gpu: dict) -> dict:
+    pairs = {100: gpu.get("sm_clock_mhz"), 101: gpu.get("mem_clock_mhz"), 150: gpu.get("temperature_c"),
+             156: gpu.get("energy_mj"), 230: gpu.get("xid"),
+             155: None if gpu.get("power_mw") is None else gpu["power_mw"] / 1000.0}
+    return {fid: v for fid, v in pairs.items() if v is not None}
+
+
+def _memory(mem: dict) -> dict:
+    return {250: mem["total"] // MIB, 251: mem["free"] // MIB, 252: mem["used"] // MIB}
+
+
+def _gpm(gpm: dict | None, *, mig: bool = False) -> dict:
+    out = {}
+    for key, fid, scale in GPM_METRICS.values():
+        if gpm and gpm.get(key) is not None and not (mig and fid >= 1009):  # link/PCIe rates are GPU-wide
+            out[fid] = int(gpm[key] * scale) if fid >= 1009 else gpm[key] * scale
+    return out
+
+
+def _processes(procs: list[dict]) -> tuple[ProcessReading, ...]:
+    out = []
+    for p in procs:
+        values = {}
+        if p.get("sm_util") is not None:
+            values[203] = p["sm_util"]
+        if p.get("used_memory") is not None:
+            values[252] = p["used_memory"] // MIB
+        out.append(ProcessReading(pid=p["pid"], values=values))
+    return tuple(out)
+
+
+def _bus_id(bus: str) -> str:
+    """NVML's ``00000000:18:00.0`` as dcgm-exporter prints it (upper-case hex)."""
+    return bus.upper() if bus else ""

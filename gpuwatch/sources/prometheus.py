@@ -1,0 +1,225 @@
+"""Ingest GPU samples and pod metadata from a Prometheus server's HTTP API into bundle frames.
+
+Reads dcgm-exporter's series (any label generation, see ``promframes``), gpuwatch's own
+(``gpuwatch_gpu_memory_total_bytes``, ``gpuwatch_mig_instance_info``,
+``gpuwatch_gpu_allocation_info``) and kube-state-metrics' pod series. Each field is queried as
+``avg_over_time(NAME{shard}[step - 1ms])`` over ``query_range``: the mean of the raw samples in each
+step (exactly the sample when scraped once per step), and no 5-minute lookback ghosts after a
+series ends (backfilled data has no staleness markers). Queries are chunked by time so no series
+exceeds Prometheus's 11,000 points per query, and sharded by node (``hostname``/``Hostname``
+regex, ``nodes_per_query`` at a time) so no reply grows with the fleet. 5xx, 429 and network
+errors are retried with exponential backoff; everything else is a ``PrometheusError`` naming the
+query and Prometheus's own message. A field with no series at all is a documented skip (a note:
+e.g. no SM_ACTIVE -> effective utilisation unknown), never a zero.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import numpy as np
+
+from gpuwatch.sources import promframes
+
+MAX_POINTS = 11_000  # Prometheus rejects a query_range that would return more per series
+GPU_NAMES = "DCGM_FI_.*|dcgm_.*|gpuwatch_.*"
+NODE_LABELS = ("hostname", "Hostname")
+KSM_METRICS = ("kube_pod_info", "kube_pod_owner", "kube_pod_labels", "kube_pod_start_time", "kube_pod_created",
+               "kube_pod_completion_time")
+GPU_REQUESTS = 'kube_pod_container_resource_requests{resource=~"nvidia.*"}'
+# Time-slicing replicas: GFD's node label, else the plugin's shared capacity / GPUs (promframes_pods).
+SHARED_REPLICAS = ('kube_node_labels{label_nvidia_com_gpu_replicas!=""}',
+                   'kube_node_status_capacity{resource="nvidia_com_gpu_shared"}')
+
+
+class PrometheusError(RuntimeError):
+    """Prometheus could not answer: HTTP failure, ``status: error``, or a malformed reply."""
+
+
+@dataclass
+class Client:
+    """Minimal Prometheus HTTP API client with retries; ``session`` and ``sleep`` are injectable."""
+
+    url: str
+    session: object = None
+    timeout: float = 120.0
+    retries: int = 4
+    backoff: float = 0.5
+    sleep: Callable[[float], None] = time.sleep
+    queries: int = field(default=0, init=False)
+
+    def __post_init__(self):
+        import requests
+
+        self.url = self.url.rstrip("/").replace("prometheus://", "http://", 1)
+        self.session = self.session or requests.Session()
+
+    def get(self, path: str, params: dict):
+        """``data`` of a successful reply to GET ``path``; retries transient failures."""
+        import requests
+
+        for attempt in range(self.retries + 1):
+            last = attempt == self.retries
+            try:
+                reply = self.session.get(f"{self.url}{path}", params=params, timeout=self.timeout)
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                if last:
+                    raise PrometheusError(f"{self.url}{path}: {type(exc).__name__}: {exc} "
+                                          f"(gave up after {self.retries + 1} attempts)") from exc
+            else:
+                if (reply.status_code < 500 and reply.status_code != 429) or last:
+                    self.queries += 1
+                    return parse_reply(reply.status_code, reply.content, what=f"{self.url}{path} {params.get('query', '')}")
+            self.sleep(self.backoff * 2 ** attempt)
+        raise AssertionError("unreachable")
+
+    def query_range(self, query: str, start: float, end: float, step: float) -> list:
+        data = self.get("/api/v1/query_range", {"query": query, "start": _num(start), "end": _num(end),
+                                                "step": _num(step)})
+        return parse_matrix(data, query=query)
+
+    def query(self, query: str, at: float) -> list:
+        data = self.get("/api/v1/query", {"query": query, "time": _num(at)})
+        if isinstance(data, dict) and data.get("resultType") == "vector" and isinstance(data.get("result"), list):
+            data = {"resultType": "matrix", "result": [{"metric": r.get("metric", {}), "values": [r.get("value")]}
+                                                       for r in data["result"]]}
+        return parse_matrix(data, query=query)
+
+    def values(self, label: str, *, match: str, start: float, end: float) -> list[str]:
+        return self.get(f"/api/v1/label/{label}/values", {"match[]": match, "start": _num(start), "end": _num(end)})
+
+    def series(self, match: str, *, start: float, end: float) -> list[dict]:
+        return self.get("/api/v1/series", {"match[]": match, "start": _num(start), "end": _num(end)})
+
+
+def parse_reply(status: int, body: bytes, *, what: str):
+    """The ``data`` of a Prometheus API reply; ``PrometheusError`` for anything else."""
+    try:
+        doc = json.loads(body)
+    except ValueError as exc:
+        raise PrometheusError(f"{what}: HTTP {status}, truncated or invalid JSON ({len(body)} bytes): {exc}") from exc
+    if not isinstance(doc, dict) or doc.get("status") not in ("success", "error"):
+        raise PrometheusError(f"{what}: HTTP {status}, not a Prometheus API reply: {body[:200]!r}")
+    if doc["status"] == "error" or status >= 400:
+        hint = " (lower --chunk or nodes_per_query)" if "too many samples" in str(doc.get("error")) else ""
+        raise PrometheusError(f"{what}: HTTP {status}, {doc.get('errorType', 'error')}: {doc.get('error')}{hint}")
+    if "data" not in doc:
+        raise PrometheusError(f"{what}: reply has no 'data'")
+    return doc["data"]
+
+
+def parse_matrix(data, *, query: str = "") -> list[tuple[dict, np.ndarray, np.ndarray]]:
+    """(labels, ts, values) per series of a ``matrix`` reply; NaN/±Inf values kept as NaN."""
+    if not isinstance(data, dict) or data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
+        raise PrometheusError(f"{query}: expected a matrix result, got {str(data)[:200]}")
+    out = []
+    for item in data["result"]:
+        try:
+            points = np.array(item["values"], dtype=object).reshape(-1, 2)
+            ts, values = points[:, 0].astype(float), points[:, 1].astype(float)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PrometheusError(f"{query}: malformed series {str(item)[:200]}: {exc}") from exc
+        values[~np.isfinite(values)] = np.nan
+        out.append((dict(item.get("metric", {})), ts, values))
+    return out
+
+
+def fetch(url: str, *, start: float | datetime, end: float | datetime, step: float = 60.0,
+          chunk: float = 86_400.0, session=None, nodes_per_query: int = 16, team_label: str = "team",
+          shared_replicas: float | None = None, progress: Callable[[int, int], None] | None = None,
+          client: Client | None = None) -> dict:
+    """Bundle frames (devices, samples, pods) for ``[start, end)`` at ``step`` seconds."""
+    client = client or Client(url, session=session)
+    start, end = _epoch(start), _epoch(end)
+    grid = time_chunks(start, end, step=step, chunk=chunk)
+    if not grid:
+        raise ValueError(f"empty window: start {start} >= end {end}")
+    series, ctx = read(client, grid, step=step, nodes_per_query=nodes_per_query, progress=progress)
+    ctx.team_label, ctx.shared_replicas = team_label, shared_replicas
+    return promframes.build(series, ctx)
+
+
+def read(client: Client, grid: list[tuple[float, float]], *, step: float, nodes_per_query: int,
+         progress: Callable[[int, int], None] | None = None) -> tuple[list, promframes.Context]:
+    """Every series the frames need, as ``promframes.Series``, plus the context they need."""
+    lo, hi = grid[0][0], grid[-1][1]
+    names = set(client.values("__name__", match=f'{{__name__=~"{GPU_NAMES}|kube_pod_.*|kube_node_labels|kube_node_status_capacity"}}',
+                              start=lo, end=hi))
+    fields = [n for n in names if promframes.canonical(n) in promframes.SAMPLE_FIELDS]
+    fields += sorted({"gpuwatch_gpu_allocation_info"} & names)
+    device = sorted(n for n in names if promframes.canonical(n) in promframes.DEVICE_FIELDS)
+    shards = node_shards(client, lo, hi, per_query=nodes_per_query)
+    plan = [(_avg(f"{n}{s}", step) if n.lower().startswith("dcgm") else _last(f"{n}{s}", step), n, g)
+            for n in sorted(fields) for s in shards for g in grid]
+    plan += [(_ksm(n, step), n, g) for n in KSM_METRICS if n in names for g in grid]
+    plan += [(_last(GPU_REQUESTS, step), "kube_pod_container_resource_requests", g) for g in grid
+             if "kube_pod_container_resource_requests" in names]
+    # capacity, MIG layout, time-slicing capacity: the last value in the window, one instant query each
+    last = [(_last(f"{n}{s}", hi - lo + step), n) for n in device for s in shards]
+    last += [(_last(q, hi - lo + step), q.split("{")[0]) for q in SHARED_REPLICAS if q.split("{")[0] in names]
+    out = []
+    for done, (expr, name, (a, b)) in enumerate(plan, 1):
+        out += [promframes.Series(promframes.canonical(name), labels, ts, v)
+                for labels, ts, v in client.query_range(expr, a, b, step)]
+        if progress:
+            progress(done, len(plan))
+    for expr, name in last:
+        out += [promframes.Series(promframes.canonical(name), labels, ts, v) for labels, ts, v in client.query(expr, hi)]
+    targets = {(s.get("namespace"), s["pod"]) for s in client.series("up", start=lo, end=hi) if s.get("pod")}
+    return out, promframes.Context(target_pods=frozenset(targets), window_end=hi, step=step)
+
+
+def node_shards(client: Client, start: float, end: float, *, per_query: int) -> list[str]:
+    """Label selectors covering every GPU series: node-name regexes, plus series with no node label."""
+    shards = ['{hostname="",Hostname=""}']
+    for label in NODE_LABELS:
+        nodes = sorted(client.values(label, match=f'{{__name__=~"{GPU_NAMES}"}}', start=start, end=end))
+        for i in range(0, len(nodes), per_query):
+            shards.append(f'{{{label}=~"{"|".join(_literal(n) for n in nodes[i:i + per_query])}"}}')
+    return shards
+
+
+def time_chunks(start: float, end: float, *, step: float, chunk: float) -> list[tuple[float, float]]:
+    """[first, last] evaluation times per query covering the grid start + k*step < end, once each."""
+    count = math.ceil((end - start) / step)  # grid points in [start, end)
+    per = max(1, min(int(chunk // step), MAX_POINTS - 1))
+    return [(start + k * step, start + min(k + per, count) * step - step) for k in range(0, count, per)]
+
+
+def _literal(name: str) -> str:
+    """``name`` as an RE2 literal inside a PromQL double-quoted string."""
+    return re.sub(r"([.+*?()|\[\]{}^$\\])", r"\\\\\1", name).replace('"', '\\"')
+
+
+def _ksm(name: str, step: float) -> str:
+    """Only pods that request GPUs: KSM has a series per pod in the cluster."""
+    return f"{_last(name, step)} and on(namespace, pod) group by (namespace, pod) ({_last(GPU_REQUESTS, step)})"
+
+
+def _avg(selector: str, step: float) -> str:
+    return f"avg_over_time({selector}[{_ms(step)}])"
+
+
+def _last(selector: str, step: float) -> str:
+    return f"last_over_time({selector}[{_ms(step)}])"
+
+
+def _ms(seconds: float) -> str:
+    """A range just under one step, so each sample lands in exactly one step's window."""
+    return f"{max(1, round(seconds * 1000) - 1)}ms"
+
+
+def _num(value: float) -> str:
+    return f"{value:.3f}"
+
+
+def _epoch(value: float | datetime) -> float:
+    if isinstance(value, datetime):  # naive = UTC, as everywhere in gpuwatch
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+    return float(value)

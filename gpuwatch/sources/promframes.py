@@ -1,0 +1,243 @@
+"""Prometheus series (dcgm-exporter, gpuwatch, kube-state-metrics names) -> bundle frames.
+
+Shared, pure core of ``sources.prometheus`` (HTTP API) and ``sources.promfile`` (saved /metrics):
+both turn what they read into ``Series`` and call ``build``. Conversions to base units happen here
+and only here: DCGM_FI_DEV_GPU_UTIL % -> ratio (/100), DCGM_FI_DEV_FB_* MiB -> bytes (x 2**20);
+power (W), profiling ratios and NVLink bytes/s are already base units. NaN/±Inf values are
+missing, never 0. Every label generation of dcgm-exporter is accepted: ``hostname`` (main after
+#655) or ``Hostname`` (releases <= 4.5.3-4.8.2), ``UUID`` or ``uuid`` (``--use-old-namespace``),
+``pod``/``namespace``/``container`` or ``exported_*`` (Prometheus ``honorLabels: false``, which
+win) or ``pod_name``/``pod_namespace``/``container_name`` (old namespace), ``GPU_I_PROFILE`` and
+``GPU_I_ID`` for MIG instances.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpuwatch.model import BUNDLE_COLUMNS
+from gpuwatch.sources import promframes_pods
+
+log = logging.getLogger(__name__)
+MIB = 1 << 20
+
+# Canonical metric name -> (samples column, factor to the base unit).
+SAMPLE_FIELDS: dict[str, tuple[str, float]] = {
+    "DCGM_FI_DEV_GPU_UTIL": ("gpu_util", 0.01),  # % -> ratio
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("gr_engine_active", 1.0),
+    "DCGM_FI_PROF_SM_ACTIVE": ("sm_active", 1.0),
+    "DCGM_FI_PROF_SM_OCCUPANCY": ("sm_occupancy", 1.0),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("tensor_active", 1.0),
+    "DCGM_FI_PROF_DRAM_ACTIVE": ("dram_active", 1.0),
+    "DCGM_FI_DEV_FB_USED": ("fb_used_bytes", float(MIB)),  # MiB -> bytes
+    "DCGM_FI_DEV_POWER_USAGE": ("power_watts", 1.0),
+    "DCGM_FI_PROF_NVLINK_TX_BYTES": ("nvlink_tx_bytes_per_second", 1.0),
+    "DCGM_FI_PROF_NVLINK_RX_BYTES": ("nvlink_rx_bytes_per_second", 1.0),
+}
+# Series that only describe devices (capacity, MIG layout).
+DEVICE_FIELDS: dict[str, float] = {
+    "DCGM_FI_DEV_FB_FREE": float(MIB), "DCGM_FI_DEV_FB_RESERVED": float(MIB),
+    "gpuwatch_gpu_memory_total_bytes": 1.0, "gpuwatch_mig_instance_info": 1.0,
+}
+# dcgm-exporter ``-o/--use-old-namespace`` (etc/1.x-compatibility-metrics.csv) names.
+OLD_NAMES: dict[str, str] = {
+    "dcgm_gpu_utilization": "DCGM_FI_DEV_GPU_UTIL", "dcgm_fb_used": "DCGM_FI_DEV_FB_USED",
+    "dcgm_fb_free": "DCGM_FI_DEV_FB_FREE", "dcgm_power_usage": "DCGM_FI_DEV_POWER_USAGE",
+} | {name.lower(): name for name in SAMPLE_FIELDS if name.startswith("DCGM_FI_PROF_")}
+# Expected unit in dcgm-exporter's HELP text ("... (in MiB)."), checked where a HELP is present.
+HELP_UNITS: dict[str, str] = {"DCGM_FI_DEV_GPU_UTIL": "%", "DCGM_FI_DEV_FB_USED": "MiB",
+                              "DCGM_FI_DEV_FB_FREE": "MiB", "DCGM_FI_DEV_FB_RESERVED": "MiB",
+                              "DCGM_FI_DEV_POWER_USAGE": "W"}
+SAMPLE_KEY = ("node", "gpu_uuid", "mig_gi_id", "namespace", "pod", "container")
+
+
+@dataclass(frozen=True)
+class Series:
+    """One time series: canonical metric name, its labels, epoch-second timestamps and values."""
+
+    name: str
+    labels: Mapping[str, str]
+    ts: np.ndarray
+    values: np.ndarray
+
+
+@dataclass
+class Context:
+    """What the labels alone don't say: the scrape targets' own pods, the window, knobs."""
+
+    target_pods: frozenset = frozenset()  # (namespace, pod) of exporter pods: never a workload
+    window_end: float | None = None  # a pod last seen within one step of this is still running
+    step: float | None = None
+    team_label: str = "team"
+    shared_replicas: float | None = None  # time-slicing replicas: a `.shared` GPU counts 1/n; None = from KSM
+    notes: list[str] = field(default_factory=list)
+
+
+def canonical(name: str) -> str:
+    """dcgm-exporter's current name for an old-namespace metric name (others unchanged)."""
+    return OLD_NAMES.get(name, name)
+
+
+def first(labels: Mapping[str, str], *names: str) -> str | None:
+    """The first non-empty label among ``names`` (old exporters emit ``pod=""`` when unattributed)."""
+    return next((labels[n] for n in names if labels.get(n)), None)
+
+
+def device_of(labels: Mapping[str, str]) -> tuple | None:
+    """(node, gpu_uuid, mig_gi_id) of a DCGM/gpuwatch series, None without a GPU UUID."""
+    uuid = first(labels, "UUID", "uuid", "gpu_uuid")
+    if uuid is None:
+        return None
+    node = first(labels, "hostname", "Hostname", "node") or (labels.get("instance") or "").rsplit(":", 1)[0]
+    gi = first(labels, "GPU_I_ID")
+    if gi is not None and not gi.isdigit():
+        raise ValueError(f"GPU_I_ID={gi!r} is not a MIG GPU instance id, on series labelled {dict(labels)}")
+    return node, uuid, int(gi) if gi is not None else None
+
+
+def workload_of(labels: Mapping[str, str], target_pods: frozenset = frozenset()) -> tuple:
+    """(namespace, pod, container) attributed on a series, ``exported_*`` first; Nones if none.
+
+    A plain ``pod`` equal to a scrape target's own pod is the exporter itself (target labels are
+    attached to every unattributed series), not a workload.
+    """
+    if first(labels, "exported_pod"):
+        return (first(labels, "exported_namespace"), first(labels, "exported_pod"),
+                first(labels, "exported_container"))
+    ns, pod = first(labels, "namespace", "pod_namespace"), first(labels, "pod", "pod_name")
+    if pod is None or (ns, pod) in target_pods:
+        return None, None, None
+    return ns, pod, first(labels, "container", "container_name")
+
+
+def target_pods(series: Iterable[Series]) -> frozenset:
+    """(namespace, pod) of scrape targets: the plain labels beside an ``exported_pod``.
+
+    With ``honorLabels: false`` the exporter's own pod labels sit next to ``exported_*`` ones, and
+    also on every unattributed series of that target, where they must not read as a workload.
+    """
+    return frozenset((s.labels.get("namespace"), s.labels["pod"]) for s in series
+                     if s.labels.get("exported_pod") and s.labels.get("pod"))
+
+
+def build(series: Iterable[Series], ctx: Context | None = None) -> dict:
+    """Bundle frames ``devices``, ``samples``, ``pods`` (model.BUNDLE_COLUMNS) from ``series``."""
+    ctx = ctx or Context()
+    series = list(series)
+    ctx.target_pods = frozenset(ctx.target_pods) | target_pods(series)
+    samples = samples_frame(series, ctx)
+    devices = devices_frame(series, ctx.notes)
+    pods = promframes_pods.pods_frame(samples, series, ctx, mig_uuids=_mig_uuids(series))
+    for name in sorted(set(SAMPLE_FIELDS) - {s.name for s in series}):
+        ctx.notes.append(f"no {name} series: {SAMPLE_FIELDS[name][0]} is unknown (NULL)")
+    for note in ctx.notes:
+        log.warning(note)
+    samples.attrs["notes"] = list(ctx.notes)
+    return {"devices": devices, "samples": _to_datetime(samples, "ts"), "pods": pods}
+
+
+def samples_frame(series: list[Series], ctx: Context):
+    """One row per (ts, device, workload), one column per field, base units, NaN = missing."""
+    import pandas as pd
+
+    keys: dict[tuple, int] = {}
+    parts: list[tuple] = []
+    for s in series:
+        if s.name not in SAMPLE_FIELDS or (device := device_of(s.labels)) is None:
+            continue
+        column, factor = SAMPLE_FIELDS[s.name]
+        ok = np.isfinite(s.values)
+        k = keys.setdefault(device + workload_of(s.labels, ctx.target_pods), len(keys))
+        parts.append((np.full(ok.sum(), k), s.ts[ok], column, s.values[ok] * factor))
+    metrics = [SAMPLE_FIELDS[n][0] for n in SAMPLE_FIELDS]
+    if not parts:
+        return pd.DataFrame(columns=list(BUNDLE_COLUMNS["samples"]))
+    long = pd.DataFrame({"k": np.concatenate([p[0] for p in parts]), "ts": np.concatenate([p[1] for p in parts]),
+                         "c": np.concatenate([np.full(len(p[1]), p[2], dtype=object) for p in parts]),
+                         "v": np.concatenate([p[3] for p in parts])})
+    wide = long.drop_duplicates(["k", "ts", "c"], keep="last").pivot(index=["k", "ts"], columns="c", values="v")
+    wide = wide.reindex(columns=metrics).reset_index()
+    ident = pd.DataFrame(list(keys), columns=list(SAMPLE_KEY)).astype({"mig_gi_id": "Int64"})
+    out = pd.concat([ident.iloc[wide["k"].to_numpy()].reset_index(drop=True), wide.drop(columns="k")], axis=1)
+    out = out[list(BUNDLE_COLUMNS["samples"])].sort_values(["ts", "node", "gpu_uuid", "mig_gi_id", "pod"])
+    return nones(out.reset_index(drop=True), "namespace", "pod", "container")
+
+
+def devices_frame(series: list[Series], notes: list[str]):
+    """One row per GPU / MIG instance seen on any series, with capacity and MIG placement."""
+    import pandas as pd
+
+    rows: dict[tuple, dict] = {}
+    for s in series:
+        if (device := device_of(s.labels)) is None or not (s.name in SAMPLE_FIELDS or s.name in DEVICE_FIELDS):
+            continue
+        row = rows.setdefault(device, {"node": device[0], "gpu_uuid": device[1], "mig_gi_id": device[2]})
+        _fill(row, gpu_index=first(s.labels, "gpu"), gpu_model=first(s.labels, "modelName", "model_name"),
+              mig_profile=first(s.labels, "GPU_I_PROFILE"))
+        ok = np.isfinite(s.values)
+        if ok.any():
+            row[s.name] = float(s.values[ok][np.argmax(s.ts[ok])])
+        if s.name == "gpuwatch_mig_instance_info":
+            _fill(row, mig_profile_id=first(s.labels, "profile_id"),
+                  mig_placement_start=first(s.labels, "placement_start"),
+                  mig_placement_size=first(s.labels, "placement_size"))
+    frame = pd.DataFrame([_capacity(r) for r in _with_parents(rows)], columns=list(BUNDLE_COLUMNS["devices"]))
+    ints = ("gpu_index", "fb_total_bytes", "mig_gi_id", "mig_profile_id", "mig_placement_start", "mig_placement_size")
+    frame = nones(frame.astype({c: "Int64" for c in ints}), "node", "gpu_uuid", "gpu_model", "mig_profile")
+    if frame["gpu_model"].isna().any():  # dcgm-exporter 2.x has no modelName label
+        notes.append("no modelName label on some GPUs (dcgm-exporter 2.x): gpu_model 'unknown', no price applies")
+        frame["gpu_model"] = frame["gpu_model"].fillna("unknown")
+    return frame.sort_values(["node", "gpu_index", "gpu_uuid", "mig_gi_id"]).reset_index(drop=True)
+
+
+def _with_parents(rows: dict[tuple, dict]) -> list[dict]:
+    """The rows plus one whole-GPU row per MIG-enabled GPU (DESIGN §3: one row per GPU, and one
+    per instance); dcgm-exporter reports such a GPU only per instance, so its size is unknown."""
+    whole = {(n, u) for n, u, gi in rows if gi is None}
+    parents = {}
+    for (node, uuid, gi), row in rows.items():
+        if gi is not None and (node, uuid) not in whole:
+            parents.setdefault((node, uuid, None), {"node": node, "gpu_uuid": uuid, "mig_gi_id": None,
+                                                    "gpu_index": row.get("gpu_index"), "gpu_model": row.get("gpu_model")})
+    return list(rows.values()) + list(parents.values())
+
+
+def _fill(row: dict, **values: str | None) -> None:
+    for key, value in values.items():
+        if row.get(key) is None and value is not None:
+            row[key] = int(value) if key != "gpu_model" and key != "mig_profile" else value
+
+
+def _capacity(row: dict) -> dict:
+    """fb_total_bytes: gpuwatch's own gauge, else dcgm-exporter's used + free (+ reserved), MiB."""
+    total = row.get("gpuwatch_gpu_memory_total_bytes")
+    if total is None and "DCGM_FI_DEV_FB_USED" in row and "DCGM_FI_DEV_FB_FREE" in row:
+        mib = row["DCGM_FI_DEV_FB_USED"] + row["DCGM_FI_DEV_FB_FREE"] + row.get("DCGM_FI_DEV_FB_RESERVED", 0.0)
+        total = mib * MIB
+    return {c: row.get(c) for c in BUNDLE_COLUMNS["devices"]} | {"fb_total_bytes": None if total is None else round(total)}
+
+
+def nones(frame, *columns: str):
+    """Missing text as None (pandas turns None into NaN when it builds object columns)."""
+    for column in columns:
+        frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
+    return frame
+
+
+def _mig_uuids(series: list[Series]) -> dict[tuple, str]:
+    """(node, gpu_uuid, gi) -> ``MIG-…`` uuid, from gpuwatch_mig_instance_info."""
+    return {device_of(s.labels): s.labels["mig_uuid"] for s in series
+            if s.name == "gpuwatch_mig_instance_info" and s.labels.get("mig_uuid") and device_of(s.labels)}
+
+
+def _to_datetime(frame, *columns: str):
+    import pandas as pd
+
+    for column in columns:
+        ms = np.round(frame[column].to_numpy(dtype=float) * 1000.0)
+        frame[column] = pd.to_datetime(pd.Series(ms, index=frame.index), unit="ms", utc=True)
+    return frame

@@ -1,0 +1,158 @@
+"""Bundle frames -> OpenMetrics text in dcgm-exporter / kube-state-metrics naming (the inverse of
+``promframes``), for ``promtool tsdb create-blocks-from openmetrics``.
+
+Used to backfill a Prometheus with a bundle (bench/promql.py compares PromQL with the analyzer on
+the same data) and by tests. Units go back to dcgm-exporter's: ratio -> % for GPU_UTIL, bytes ->
+MiB for FB_USED/FB_FREE. Missing values (NaN) are not written, as dcgm-exporter skips blank fields.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+
+import numpy as np
+
+from gpuwatch.sources.promframes import MIB, SAMPLE_FIELDS
+
+# family name -> list of (labels, ts array, value array)
+Families = dict[str, list[tuple[dict, np.ndarray, np.ndarray]]]
+_SANITISE = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def ksm_resource(resource: str) -> str:
+    """kube-state-metrics' label for a resource name: ``nvidia.com/mig-1g.10gb`` -> ``nvidia_com_mig_1g_10gb``."""
+    return _SANITISE.sub("_", resource)
+
+
+def sample_families(devices, samples, *, hostname_label: str = "hostname", exported: bool = False) -> Families:
+    """DCGM-named series of a bundle's samples (plus FB_FREE where the device's size is known)."""
+    out: Families = {}
+    info = {(r.node, r.gpu_uuid, _gi(r.mig_gi_id)): r for r in devices.itertuples(index=False)}
+    keys = ["node", "gpu_uuid", "mig_gi_id", "namespace", "pod", "container"]
+    frame = samples.assign(mig_gi_id=samples["mig_gi_id"].map(_gi), t=_epoch(samples["ts"]))
+    for key, group in frame.groupby(keys, dropna=False, sort=True):
+        key = (*key[:2], _gi(key[2]), *key[3:])  # groupby hands MIG ids back as floats
+        device = info.get(key[:3])
+        labels = _device_labels(key, device, hostname_label) | _workload(key[3:], exported)
+        for name, (column, factor) in SAMPLE_FIELDS.items():
+            _add(out, name, labels, group["t"].to_numpy(), group[column].to_numpy(dtype=float) / factor)
+        if device is not None and not _missing(device.fb_total_bytes):
+            free = (float(device.fb_total_bytes) - group["fb_used_bytes"].to_numpy(dtype=float)) / MIB
+            _add(out, "DCGM_FI_DEV_FB_FREE", labels, group["t"].to_numpy(), free)
+    return out
+
+
+def ksm_families(pods, grid: np.ndarray, *, team_label: str = "team", linger: float = 300.0) -> Families:
+    """kube-state-metrics series for each pod while its object exists: [start, end + linger]."""
+    out: Families = {}
+    for p in pods.itertuples(index=False):
+        start = round(_epoch_one(p.start_ts))  # KSM reports whole seconds
+        end = None if _missing(p.end_ts) else round(_epoch_one(p.end_ts))
+        t = grid[(grid >= start) & (grid <= (end + linger if end is not None else grid[-1]))]
+        if not len(t):
+            continue
+        pod = {"namespace": p.namespace, "pod": p.pod, "uid": p.pod_uid or ""}
+        ones = np.ones(len(t))
+        _add(out, "kube_pod_info", pod | {"node": p.node or "", "priority_class": p.priority_class or ""}, t, ones)
+        if p.owner_kind:
+            _add(out, "kube_pod_owner", pod | {"owner_kind": p.owner_kind, "owner_name": p.owner_name or "",
+                                               "owner_is_controller": "true"}, t, ones)
+        _add(out, "kube_pod_labels", pod | ({f"label_{team_label}": p.team} if p.team else {}), t, ones)
+        count = len([d for d in str(p.device_ids or "").split(",") if d]) or float(p.gpu_count)
+        _add(out, "kube_pod_container_resource_requests", pod | {
+            "container": "main", "node": p.node or "", "resource": ksm_resource(p.gpu_resource), "unit": "integer"},
+            t, ones * count)
+        _add(out, "kube_pod_start_time", pod, t, ones * start)
+        if end is not None and (done := t[t >= end]).size:
+            _add(out, "kube_pod_completion_time", pod, done, np.full(len(done), end))
+    return out
+
+
+def ksm_node_families(pods, grid: np.ndarray) -> Families:
+    """``kube_node_labels{label_nvidia_com_gpu_replicas}`` (GPU Feature Discovery) for nodes whose
+    pods hold time-sliced GPUs: replicas = GPUs requested / GPU share held."""
+    out: Families = {}
+    shared = pods[pods["gpu_resource"].fillna("").str.endswith(".shared") & (pods["gpu_count"] > 0)]
+    for node, group in shared.groupby("node"):
+        p = group.iloc[0]
+        replicas = round(len(str(p.device_ids).split(",")) / float(p.gpu_count))
+        _add(out, "kube_node_labels", {"node": node, "label_nvidia_com_gpu_replicas": str(replicas)}, grid,
+             np.ones(len(grid)))
+    return out
+
+
+def write(path, *parts: Families) -> int:
+    """Write ``parts`` (merged by family) as one OpenMetrics file ending in ``# EOF``; returns samples."""
+    merged: Families = {}
+    for part in parts:
+        for name, series in part.items():
+            merged.setdefault(name, []).extend(series)
+    written = 0
+    with open(path, "w", encoding="utf-8") as out:
+        for name in sorted(merged):
+            out.write(f"# TYPE {name} gauge\n")
+            for labels, ts, values in merged[name]:
+                text = _labels(labels)
+                out.writelines(f"{name}{text} {_value(v)} {t:.3f}\n" for t, v in zip(ts, values, strict=True))
+                written += len(ts)
+        out.write("# EOF\n")
+    return written
+
+
+def _add(out: Families, name: str, labels: dict, ts: np.ndarray, values: np.ndarray) -> None:
+    ok = np.isfinite(values)
+    if ok.any():
+        out.setdefault(name, []).append((labels, ts[ok], values[ok]))
+
+
+def _device_labels(key: tuple, device, hostname_label: str) -> dict:
+    node, uuid, gi = key[:3]
+    labels = {"gpu": "" if device is None or _missing(device.gpu_index) else str(int(device.gpu_index)), "UUID": uuid}
+    labels["device"] = f"nvidia{labels['gpu']}"
+    if device is not None and device.gpu_model:
+        labels["modelName"] = device.gpu_model
+    if gi is not None:
+        labels |= {"GPU_I_PROFILE": getattr(device, "mig_profile", None) or "", "GPU_I_ID": str(int(gi))}
+    return labels | {hostname_label: node}
+
+
+def _workload(key: Iterable, exported: bool) -> dict:
+    ns, pod, container = (None if _missing(v) else v for v in key)
+    if pod is None:
+        return {}
+    prefix = "exported_" if exported else ""
+    return {f"{prefix}pod": pod, f"{prefix}namespace": ns or "", f"{prefix}container": container or ""}
+
+
+def _labels(labels: dict) -> str:
+    body = ",".join(f'{k}="{str(v).replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
+                    for k, v in labels.items())
+    return "{" + body + "}" if body else ""
+
+
+def _value(v: float) -> str:
+    return repr(float(v)) if not float(v).is_integer() else str(int(v))
+
+
+def _gi(value) -> int | None:
+    return None if _missing(value) else int(value)
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or str(value) in ("<NA>", "NaT", "nan", "")
+
+
+def _epoch(column) -> np.ndarray:
+    import pandas as pd
+
+    if pd.api.types.is_numeric_dtype(column):
+        return column.to_numpy(dtype=float)
+    return (pd.to_datetime(column, utc=True) - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy()
+
+
+def _epoch_one(value) -> float:
+    import pandas as pd
+
+    return float(value) if isinstance(value, int | float) else pd.Timestamp(value).timestamp()

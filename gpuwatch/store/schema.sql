@@ -1,0 +1,90 @@
+-- Raw tables: exactly the bundle's files and columns (DESIGN §3, model.BUNDLE_COLUMNS), base units.
+-- Nothing here is cleaned: staging.sql is the only place units, names and duplicates change.
+-- Timestamps are TIMESTAMP holding UTC (the store's session time zone is UTC).
+
+CREATE TABLE IF NOT EXISTS devices (
+    node VARCHAR NOT NULL,
+    gpu_uuid VARCHAR NOT NULL,
+    gpu_index INTEGER,
+    gpu_model VARCHAR,
+    fb_total_bytes BIGINT,
+    mig_gi_id INTEGER,
+    mig_profile VARCHAR,
+    mig_profile_id INTEGER,
+    mig_placement_start INTEGER,
+    mig_placement_size INTEGER
+);
+
+CREATE TABLE IF NOT EXISTS samples (
+    ts TIMESTAMP NOT NULL,
+    node VARCHAR NOT NULL,
+    gpu_uuid VARCHAR NOT NULL,
+    mig_gi_id INTEGER,
+    namespace VARCHAR,
+    pod VARCHAR,
+    container VARCHAR,
+    gpu_util DOUBLE,
+    gr_engine_active DOUBLE,
+    sm_active DOUBLE,
+    sm_occupancy DOUBLE,
+    tensor_active DOUBLE,
+    dram_active DOUBLE,
+    fb_used_bytes DOUBLE,
+    power_watts DOUBLE,
+    nvlink_tx_bytes_per_second DOUBLE,
+    nvlink_rx_bytes_per_second DOUBLE
+);
+
+CREATE TABLE IF NOT EXISTS pods (
+    namespace VARCHAR NOT NULL,
+    pod VARCHAR NOT NULL,
+    pod_uid VARCHAR,
+    node VARCHAR,
+    owner_kind VARCHAR,
+    owner_name VARCHAR,
+    team VARCHAR,
+    priority_class VARCHAR,
+    start_ts TIMESTAMP,
+    end_ts TIMESTAMP,
+    gpu_resource VARCHAR,
+    gpu_count DOUBLE,
+    device_ids VARCHAR
+);
+
+CREATE TABLE IF NOT EXISTS prices (
+    gpu_model VARCHAR NOT NULL,
+    usd_per_gpu_hour DOUBLE NOT NULL
+);
+
+-- Written by the reclaim controller, read by the app/report (contracts.md).
+CREATE TABLE IF NOT EXISTS reclaim_audit (
+    ts TIMESTAMP,
+    run_id VARCHAR,
+    decision VARCHAR,
+    action VARCHAR,
+    dry_run BOOLEAN,
+    namespace VARCHAR,
+    pod VARCHAR,
+    owner_kind VARCHAR,
+    owner_name VARCHAR,
+    team VARCHAR,
+    reason VARCHAR,
+    idle_since TIMESTAMP,
+    gpu_count DOUBLE,
+    usd_per_hour DOUBLE,
+    recommendation_id VARCHAR,
+    result VARCHAR,
+    detail VARCHAR
+);
+
+-- One row per load: where it came from, the samples window it replaced, rows per table.
+CREATE TABLE IF NOT EXISTS ingest_log (
+    loaded_at TIMESTAMP,
+    source VARCHAR,
+    window_start TIMESTAMP,
+    window_end TIMESTAMP,
+    devices BIGINT,
+    samples BIGINT,
+    pods BIGINT,
+    prices BIGINT
+);

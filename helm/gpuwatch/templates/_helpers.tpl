@@ -1,0 +1,129 @@
+{{/* Names: <release>-gpuwatch unless the release name already contains the chart name. */}}
+{{- define "gpuwatch.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gpuwatch.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "gpuwatch.component" (dict "root" $ "component" "exporter") -> <fullname>-exporter */}}
+{{- define "gpuwatch.componentName" -}}
+{{- printf "%s-%s" (include "gpuwatch.fullname" .root) .component | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gpuwatch.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: gpuwatch
+{{ include "gpuwatch.selectorLabels" . }}
+{{- with .root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "gpuwatch.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpuwatch.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* image: "gpuwatch.image" (dict "root" $ "image" .Values.exporter.image) */}}
+{{- define "gpuwatch.image" -}}
+{{- $repo := .image.repository | default .root.Values.image.repository -}}
+{{- $tag := .image.tag | default .root.Values.image.tag | default .root.Chart.AppVersion -}}
+image: {{ printf "%s:%s" $repo $tag | quote }}
+imagePullPolicy: {{ .image.pullPolicy | default .root.Values.image.pullPolicy }}
+{{- end -}}
+
+{{- define "gpuwatch.imagePullSecrets" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Restricted container security context for everything but the exporter. */}}
+{{- define "gpuwatch.containerSecurityContext" -}}
+securityContext:
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities:
+    drop: [ALL]
+{{- end -}}
+
+{{- define "gpuwatch.claimName" -}}
+{{- .Values.persistence.existingClaim | default (include "gpuwatch.componentName" (dict "root" . "component" "data")) -}}
+{{- end -}}
+
+{{/* The shared DuckDB volume plus a writable /tmp (the root filesystem is read-only). */}}
+{{- define "gpuwatch.dataVolumes" -}}
+- name: data
+{{- if .Values.persistence.enabled }}
+  persistentVolumeClaim:
+    claimName: {{ include "gpuwatch.claimName" . }}
+{{- else }}
+  emptyDir: {}
+{{- end }}
+- name: tmp
+  emptyDir: {}
+{{- end -}}
+
+{{- define "gpuwatch.dataMounts" -}}
+- name: data
+  mountPath: /data
+{{- if .readOnly }}
+  readOnly: true
+{{- end }}
+- name: tmp
+  mountPath: /tmp
+{{- end -}}
+
+{{/* HOME on the writable /tmp: Streamlit, DuckDB extensions and matplotlib-style caches write there. */}}
+{{- define "gpuwatch.commonEnv" -}}
+- name: HOME
+  value: /tmp
+- name: TZ
+  value: UTC
+{{- end -}}
+
+{{/*
+A ReadWriteOnce volume can be mounted by pods on one node only: pods other than the app follow
+the app (required pod affinity), so every reader and the writer land together.
+*/}}
+{{- define "gpuwatch.dataAffinity" -}}
+{{- if and .Values.persistence.enabled .Values.app.enabled (has "ReadWriteOnce" .Values.persistence.accessModes) }}
+affinity:
+  podAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      - topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "gpuwatch.selectorLabels" (dict "root" . "component" "app") | nindent 12 }}
+{{- end }}
+{{- end -}}
+
+{{- define "gpuwatch.db" -}}/data/gpuwatch.duckdb{{- end -}}
+
+{{- define "gpuwatch.prometheusSource" -}}
+{{- if .Values.analyzer.from -}}
+{{- .Values.analyzer.from -}}
+{{- else -}}
+{{- /* gpuwatch ingest reads prometheus://host:port (plain HTTP) and https:// URLs as they are */ -}}
+{{- if hasPrefix "http://" .Values.prometheus.url -}}
+{{- printf "prometheus://%s" (.Values.prometheus.url | trimPrefix "http://" | trimSuffix "/") -}}
+{{- else -}}
+{{- .Values.prometheus.url | trimSuffix "/" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,65 @@
+"""Bundles built in tests: the shipped sample_data, a fresh simulated fleet, and real public traces.
+
+Real traces (tests/conftest.py ``shared_data``) are read in place and reshaped into bundle frames
+here; nothing from them is copied into the repository.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from gpuwatch import store
+from gpuwatch.analyses.params import params, window
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE_DATA = ROOT / "sample_data"
+SAMPLE_START = "2026-11-09T00:00:00Z"
+GENAI_STEP_SECONDS = 57.0
+DLRM_T0 = pd.Timestamp("2025-01-01T00:00:00")
+
+
+def loaded(path: Path | str = SAMPLE_DATA):
+    """An in-memory store holding the bundle at ``path`` and the default analysis parameters."""
+    con = store.connect(None)
+    store.load_bundle(con, path)
+    return con, params(*window(store.data_range(con)[1]))
+
+
+def genai_frames(shared_data: Path) -> dict[str, pd.DataFrame]:
+    """Alibaba GenAI serving trace as a bundle: duty cycle (%) -> gpu_util, memory -> fb_used_bytes."""
+    base = shared_data / "alibaba_v2026_genai"
+    duty = pd.read_csv(base / "pod_gpu_duty_cycle_anon.csv").rename(columns={"value": "gpu_util"})
+    memory = pd.read_csv(base / "pod_gpu_memory_used_bytes_anon.csv").rename(columns={"value": "fb_used_bytes"})
+    samples = duty.merge(memory, on=["timestamp_anon", "container_ip"], how="outer")
+    samples = samples.rename(columns={"timestamp_anon": "ts", "container_ip": "pod"})
+    samples = samples.assign(node="genai-node", gpu_uuid="GPU-" + samples["pod"], namespace="genai", container="serving")
+    pods = samples.groupby("pod", as_index=False)["ts"].min().rename(columns={"ts": "start_ts"})
+    pods = pods.assign(namespace="genai", node="genai-node", gpu_resource="nvidia.com/gpu", gpu_count=1.0,
+                       device_ids="GPU-" + pods["pod"], team="genai")
+    devices = pods[["node"]].assign(gpu_uuid=pods["device_ids"], gpu_model="unknown (GenTD26)")
+    return {"samples": samples, "pods": pods, "devices": devices}
+
+
+def dlrm_frames(shared_data: Path, *, usd_per_gpu_hour: float = 1.0) -> dict[str, pd.DataFrame]:
+    """Alibaba DLRM trace (allocations only) as devices + pods + prices; app_name is the team."""
+    raw = pd.read_csv(shared_data / "alibaba_gpu_v2025_dlrm" / "disaggregated_DLRM_trace.csv")
+    gpu = raw[raw["gpu_request"] > 0].reset_index(drop=True)
+    start = DLRM_T0 + pd.to_timedelta(gpu["creation_time"].fillna(0), unit="s")
+    end = DLRM_T0 + pd.to_timedelta(gpu["deletion_time"], unit="s")
+    pods = pd.DataFrame({"namespace": "dlrm-" + gpu["app_name"], "pod": gpu["instance_sn"], "node": "hn-pool",
+                         "team": gpu["app_name"], "start_ts": start, "end_ts": end,
+                         "gpu_resource": "nvidia.com/gpu", "gpu_count": gpu["gpu_request"].astype(float)})
+    gpus = int(peak_concurrent(pods))
+    devices = pd.DataFrame({"node": "hn-pool", "gpu_uuid": [f"GPU-hn-{i:05d}" for i in range(gpus)],
+                            "gpu_index": range(gpus), "gpu_model": "DLRM HN GPU"})
+    prices = pd.DataFrame({"gpu_model": ["DLRM HN GPU"], "usd_per_gpu_hour": [usd_per_gpu_hour]})
+    return {"devices": devices, "pods": pods, "prices": prices}
+
+
+def peak_concurrent(pods: pd.DataFrame) -> float:
+    """Most GPUs allocated at once (an open end counts as still running)."""
+    events = pd.concat([pd.DataFrame({"t": pods["start_ts"], "d": pods["gpu_count"]}),
+                        pd.DataFrame({"t": pods["end_ts"].dropna(), "d": -pods.loc[pods["end_ts"].notna(), "gpu_count"]})])
+    return float(events.sort_values(["t", "d"])["d"].cumsum().max())

@@ -1,0 +1,96 @@
+"""Every analysis file keeps its header contract, and the analyzer's outputs on sample_data match
+their golden CSVs (tests/golden/analyses/; rewrite with --update-golden and review the diff).
+
+A new ``.sql`` file is tested by the header tests the moment it exists (names() is parametrised).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from gpuwatch import analyses
+from gpuwatch.analyze import analyze
+from tests.support.bundles import loaded
+
+MINE = ("utilization", "idle_hoarding", "false_utilization", "chargeback", "rightsizing")
+
+
+@pytest.fixture(scope="module")
+def sample():
+    con, params = loaded()
+    yield con, params
+    con.close()
+
+
+def _extra_params(con, name: str) -> dict:
+    """Params that some (app) analyses take beyond the common ones: a bucket and one real pod."""
+    ns, pod = con.execute("SELECT namespace, pod FROM stg_pods ORDER BY namespace, pod LIMIT 1").fetchone()
+    return {"bucket_seconds": 3600, "namespace": ns, "pod": pod}
+
+
+@pytest.mark.parametrize("name", analyses.names())
+def test_header_params_match_the_body(name):
+    header = analyses.header(name)
+    assert header.title and header.columns, f"{name}.sql has no title or columns line"
+    assert set(header.params) == analyses.body_params(name), f"{name}.sql: declared params differ from used $params"
+
+
+@pytest.mark.parametrize("name", analyses.names())
+def test_header_columns_match_the_result(sample, name):
+    con, params = sample
+    frame = analyses.run(con, name, **params, **_extra_params(con, name))
+    assert tuple(frame.columns) == analyses.header(name).columns
+
+
+@pytest.mark.parametrize("name", MINE)
+def test_sql_follows_the_house_style(name):
+    body = analyses.sql(name)
+    assert "final AS (" in body and body.rstrip().splitlines()[-1].startswith("SELECT * FROM final")
+    assert " FROM samples" not in body and " FROM pods" not in body  # analyses read stg_* only
+
+
+def _csv(frame: pd.DataFrame) -> str:
+    return frame.to_csv(index=False, float_format="%.6g", date_format="%Y-%m-%dT%H:%M:%SZ", lineterminator="\n")
+
+
+@pytest.fixture(scope="module")
+def outputs(sample):
+    con, params = sample
+    return analyze(con, params)
+
+
+@pytest.mark.parametrize("name", [*MINE[:4], "recommendations"])
+def test_golden_outputs_on_sample_data(outputs, golden, name):
+    golden(f"analyses/{name}.csv", _csv(outputs[name]))
+
+
+def test_golden_rightsizing(sample, golden):
+    con, params = sample
+    golden("analyses/rightsizing.csv", _csv(analyses.run(con, "rightsizing", **params)))
+
+
+def test_design_leading_columns(outputs):
+    assert tuple(outputs["utilization"].columns[:9]) == (
+        "namespace", "pod", "team", "gpu_hours", "mean_gpu_util", "mean_gr_engine_active", "mean_sm_active",
+        "mean_tensor_active", "max_fb_used_bytes")
+    assert tuple(outputs["idle_hoarding"].columns[:9]) == (
+        "namespace", "pod", "team", "idle_gpu_hours", "idle_share", "longest_idle_seconds", "max_fb_used_bytes_idle",
+        "idle_cost_usd", "hoarder")
+    assert tuple(outputs["recommendations"].columns[:8]) == (
+        "id", "kind", "namespace", "pod", "team", "node", "evidence", "monthly_savings_usd")
+
+
+def test_analyze_command_writes_every_file(tmp_path, capsys):
+    from gpuwatch.cli import main
+    from tests.support.bundles import SAMPLE_DATA
+
+    out = tmp_path / "out"
+    code = main(["analyze", "--db", str(tmp_path / "g.duckdb"), "--input", str(SAMPLE_DATA), "--out", str(out),
+                 "--format", "table", "--idle-below", "0.05"])
+    assert code == 0
+    names = {p.name for p in out.iterdir()}
+    assert {"utilization.csv", "idle_hoarding.csv", "false_utilization.csv", "chargeback.csv",
+            "recommendations.csv"} <= names
+    text = capsys.readouterr().out
+    assert "fleet cost $" in text and "hoarders:" in text

@@ -1,0 +1,114 @@
+"""Chargeback reconciles to the cent: for random fleets, prices, MIG layouts, time-sliced and
+unlabeled pods (hypothesis), on sample_data, and on the real Alibaba DLRM allocation trace
+(allocations only, app_name as team). Also the largest-remainder rounding law itself.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuwatch import analyses, store
+from gpuwatch.analyses.chargeback import PARTS, largest_remainder
+from gpuwatch.analyses.params import params
+from tests.support.bundles import DLRM_T0, dlrm_frames, loaded
+
+T0 = pd.Timestamp("2026-11-09T00:00:00")
+MODELS = ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB")
+
+
+def _check_reconciles(charge: pd.DataFrame) -> None:
+    fleet = charge["fleet_cost_usd"].iloc[0]
+    assert round(charge["cost_usd"].sum(), 2) == round(fleet, 2)
+    teams = charge[charge["kind"] == "team"]
+    assert (teams[list(PARTS)].sum(axis=1).round(2) == teams["cost_usd"].round(2)).all()
+    for column in ("cost_usd", *PARTS):  # every part is a whole number of cents
+        assert ((charge[column] * 100).round(6) % 1 == 0).all(), column
+
+
+@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=40))
+def test_largest_remainder_sums_exactly_and_stays_within_a_cent(values):
+    cents = largest_remainder(values, total=sum(values))
+    assert sum(cents) == round(sum(values) * 100)
+    assert all(abs(c - v * 100) < 1 + 1e-6 for c, v in zip(cents, values, strict=True))
+
+
+pod_strategy = st.fixed_dictionaries({
+    "gpu": st.integers(0, 5), "start_h": st.floats(-24, 160), "hours": st.floats(0.1, 200),
+    "kind": st.sampled_from(["whole", "shared", "mig"]), "team": st.sampled_from(["a", "b", ""]),
+    "busy": st.floats(0, 1), "sm": st.one_of(st.none(), st.floats(0, 1)),
+})
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prices=st.lists(st.floats(0.01, 50), min_size=2, max_size=2),
+       profile_price=st.one_of(st.none(), st.floats(0.01, 10)),
+       pods=st.lists(pod_strategy, max_size=12))
+def test_chargeback_reconciles_for_random_fleets(prices, profile_price, pods):
+    devices, pod_rows, samples = [], [], []
+    for g in range(6):
+        devices.append({"node": f"n{g // 3}", "gpu_uuid": f"GPU-{g}", "gpu_model": MODELS[g % 2]})
+        if g == 5:  # one MIG GPU: a 3g and a 1g instance, slices left free
+            devices += [{"node": "n1", "gpu_uuid": "GPU-5", "gpu_model": MODELS[1], "mig_gi_id": 1,
+                         "mig_profile": "3g.40gb", "mig_profile_id": 9, "mig_placement_start": 0, "mig_placement_size": 4},
+                        {"node": "n1", "gpu_uuid": "GPU-5", "gpu_model": MODELS[1], "mig_gi_id": 7,
+                         "mig_profile": "1g.10gb", "mig_profile_id": 19, "mig_placement_start": 4, "mig_placement_size": 1}]
+    for i, p in enumerate(pods):
+        start = T0 + pd.Timedelta(hours=p["start_h"])
+        end = start + pd.Timedelta(hours=p["hours"])
+        resource, count = {"whole": ("nvidia.com/gpu", 1.0), "shared": ("nvidia.com/gpu.shared", 0.25),
+                           "mig": ("nvidia.com/mig-3g.40gb", 1.0)}[p["kind"]]
+        gpu = 5 if p["kind"] == "mig" else p["gpu"] % 5
+        pod_rows.append({"namespace": f"ns{i % 3}", "pod": f"pod{i}", "node": f"n{gpu // 3}", "team": p["team"],
+                         "start_ts": start, "end_ts": end, "gpu_resource": resource, "gpu_count": count,
+                         "device_ids": f"GPU-{gpu}"})
+        for k in range(int(min(p["hours"], 6) * 4)):  # a few 15-minute samples
+            samples.append({"ts": start + pd.Timedelta(minutes=15 * k), "node": f"n{gpu // 3}", "gpu_uuid": f"GPU-{gpu}",
+                            "mig_gi_id": 1 if p["kind"] == "mig" else None, "namespace": f"ns{i % 3}", "pod": f"pod{i}",
+                            "gpu_util": p["busy"], "sm_active": p["sm"]})
+    price_rows = [{"gpu_model": m, "usd_per_gpu_hour": v} for m, v in zip(MODELS, prices, strict=True)]
+    if profile_price is not None:
+        price_rows.append({"gpu_model": f"{MODELS[1]}/3g.40gb", "usd_per_gpu_hour": profile_price})
+    frames = {"devices": pd.DataFrame(devices), "prices": pd.DataFrame(price_rows)}
+    if pod_rows:
+        frames["pods"] = pd.DataFrame(pod_rows)
+    if samples:
+        frames["samples"] = pd.DataFrame(samples)
+    con = store.connect(None)
+    store.load(con, frames, source="hypothesis")
+    charge = analyses.run(con, "chargeback", **params(T0, T0 + pd.Timedelta(days=7)))
+    _check_reconciles(charge)
+    expected_fleet = 7 * 24 * (3 * prices[0] + 3 * prices[1])
+    assert charge["fleet_cost_usd"].iloc[0] == round(expected_fleet, 2)
+    con.close()
+
+
+def test_sample_data_reconciles():
+    con, p = loaded()
+    charge = analyses.run(con, "chargeback", **p)
+    _check_reconciles(charge)
+    idle = analyses.run(con, "idle_hoarding", **p)
+    # chargeback's idle part is idle_hoarding's idle cost, rounded
+    assert abs(charge["idle_usd"].sum() - idle["idle_cost_usd"].sum()) < 0.01 * len(charge)
+    con.close()
+
+
+def test_dlrm_allocation_trace_reconciles(shared_data):
+    frames = dlrm_frames(shared_data, usd_per_gpu_hour=1.0)
+    con = store.connect(None)
+    store.load(con, frames, source="alibaba_gpu_v2025_dlrm")
+    end = DLRM_T0 + pd.Timedelta(days=31)
+    charge = analyses.run(con, "chargeback", **params(DLRM_T0.to_pydatetime(), end.to_pydatetime()))
+    _check_reconciles(charge)
+    # independent: GPU-hours per app inside the window, straight from the pods frame ($1 per GPU-hour)
+    pods = frames["pods"]
+    lo = pods["start_ts"].clip(lower=DLRM_T0, upper=end)
+    hi = pods["end_ts"].fillna(end).clip(lower=DLRM_T0, upper=end)
+    expected = ((hi - lo).dt.total_seconds() / 3600 * pods["gpu_count"]).groupby(pods["team"]).sum()
+    teams = charge[charge["kind"] == "team"].groupby("team")["cost_usd"].sum()
+    assert set(teams.index) == set(expected[expected > 0].index)
+    assert (teams - expected[teams.index]).abs().max() <= 0.011
+    assert (charge.loc[charge["kind"] == "team", "unobserved_usd"] == charge.loc[charge["kind"] == "team", "cost_usd"]).all()
+    assert charge.loc[charge["kind"] == "unallocated", "cost_usd"].iloc[0] >= 0
+    con.close()

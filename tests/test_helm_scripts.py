@@ -1,0 +1,139 @@
+"""The two stdlib scripts the chart runs in the gpuwatch image, run here for real.
+
+helm/gpuwatch/scripts/analyzer.py runs the real `gpuwatch ingest` and `gpuwatch analyze` (on a
+small `gpuwatch simulate` bundle) into a copy and publishes it by rename: the published file
+appears, a DuckDB reader that holds the old file open read-only (as the app does) neither blocks
+the run nor sees a half-written file, a failing step leaves the published file untouched, and
+later runs ingest incrementally. helm/gpuwatch/scripts/report_webhook.py posts to a real local
+HTTP server (standing in for Slack's incoming webhook).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import http.server
+import importlib.util
+import json
+import subprocess
+import sys
+import threading
+from typing import ClassVar
+
+import pytest
+
+from tests.support.helm_chart import CHART
+
+GPUWATCH = f"{sys.executable} -m gpuwatch"
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(f"chart_{name}", CHART / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bundle") / "sim"
+    subprocess.run([sys.executable, "-m", "gpuwatch", "simulate", "--gpus", "8", "--days", "0.25",
+                    "--out", str(out), "--format", "csv"], check=True, capture_output=True)
+    return out
+
+
+def run_analyzer(db, source, out_dir, *extra):
+    argv = [sys.executable, str(CHART / "scripts" / "analyzer.py"), "--db", str(db), "--gpuwatch", GPUWATCH,
+            *extra, "--", "--from", str(source), "--", "--out", str(out_dir)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
+def test_analyzer_publishes_then_survives_a_reader_and_a_failure(tmp_path, bundle):
+    duckdb = pytest.importorskip("duckdb")
+    db, out = tmp_path / "gpuwatch.duckdb", tmp_path / "analysis"
+    first = run_analyzer(db, bundle, out, "--overlap", "0")
+    assert first.returncode == 0, first.stderr
+    assert db.is_file() and not (tmp_path / "gpuwatch.duckdb.next").exists()
+    assert (out / "idle_hoarding.csv").is_file()
+
+    reader = duckdb.connect(str(db), read_only=True)  # the app keeps the file open like this
+    before = reader.execute("select count(*) from samples").fetchone()[0]
+    assert before > 0
+    second = run_analyzer(db, bundle, out, "--overlap", "0")
+    assert second.returncode == 0, second.stderr  # no "Could not set lock" while a reader is open
+    assert reader.execute("select count(*) from samples").fetchone()[0] == before
+    reader.close()
+    with duckdb.connect(str(db), read_only=True) as fresh:  # idempotent re-ingest: same rows
+        assert fresh.execute("select count(*) from samples").fetchone()[0] == before
+
+    published = db.read_bytes()
+    failed = run_analyzer(db, tmp_path / "no-such-bundle", out)
+    assert failed.returncode != 0
+    assert "left as it was" in failed.stderr
+    assert db.read_bytes() == published
+
+
+def test_later_runs_ingest_incrementally(tmp_path):
+    script = load("analyzer")
+    now = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.UTC)
+    assert script.incremental(["--from", "x"], overlap_s=3600, now=now) == \
+        ["--from", "x", "--start", "2026-11-23T11:00:00Z"]
+    assert script.incremental(["--from", "x", "--start", "2026-01-01"], overlap_s=3600, now=now) == \
+        ["--from", "x", "--start", "2026-01-01"]
+    assert script.incremental(["--from", "x"], overlap_s=0, now=now) == ["--from", "x"]
+    assert script.split_args(["--", "--from", "x", "--", "--out", "y"]) == (["--from", "x"], ["--out", "y"])
+    assert script.seconds("15m") == 900 and script.seconds("1h") == 3600 and script.seconds("90") == 90
+
+
+class _Hook(http.server.BaseHTTPRequestHandler):
+    received: ClassVar[list] = []
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).received.append((self.headers["Content-Type"], json.loads(body)))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def webhook():
+    _Hook.received = []
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Hook)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/hook", _Hook.received
+    server.shutdown()
+
+
+def write_chargeback(path, rows):
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_report_webhook_posts_totals_per_team(tmp_path, webhook):
+    url, received = webhook
+    write_chargeback(tmp_path / "chargeback.csv", [
+        {"team": "ml", "namespace": "ml", "total_usd": "100.50", "idle_usd": "40"},
+        {"team": "ml", "namespace": "ml-dev", "total_usd": "20", "idle_usd": "20"},
+        {"team": "", "namespace": "search", "total_usd": "300", "idle_usd": ""}])
+    script = load("report_webhook")
+    assert script.main(["--dir", str(tmp_path)], environ={script.URL_ENV: url}) == 0
+    (content_type, body), = received
+    assert content_type == "application/json"
+    lines = body["text"].splitlines()
+    assert lines[0] == "gpuwatch weekly GPU report: total_usd $420.50, idle_usd $60.00"
+    assert lines[1:] == ["- search: $300.00 (total_usd)", "- ml: $120.50 (total_usd)"]
+
+
+def test_report_webhook_fails_clearly(tmp_path, webhook):
+    script = load("report_webhook")
+    assert script.main(["--dir", str(tmp_path)], environ={}) == 2  # no URL
+    assert script.main(["--dir", str(tmp_path)], environ={script.URL_ENV: webhook[0]}) == 2  # no CSV
+    write_chargeback(tmp_path / "chargeback.csv", [{"team": "a", "total_usd": "1"}])
+    assert script.main(["--dir", str(tmp_path)], environ={script.URL_ENV: "http://127.0.0.1:9/none"}) == 1
+    assert webhook[1] == []

@@ -1,0 +1,144 @@
+"""Bundle ingest (`gpuwatch ingest --from DIR`): validation errors name file, column and row, and a
+failed load leaves the store exactly as it was; any subset of the files loads; CSV and Parquet agree.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pandas as pd
+import pytest
+
+from gpuwatch import analyses, store
+from gpuwatch.analyses.params import params, window
+from gpuwatch.cli import main
+from tests.support.bundles import SAMPLE_DATA
+
+
+def _bundle(tmp_path, **frames):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    for name, frame in frames.items():
+        frame.to_csv(tmp_path / f"{name}.csv", index=False)
+    return tmp_path
+
+
+def _samples(n=3, **extra):
+    frame = pd.DataFrame({"ts": [f"2026-11-09T00:0{i}:00Z" for i in range(n)], "node": "n1", "gpu_uuid": "GPU-a",
+                          "namespace": "ns", "pod": "p", "gpu_util": 0.5})
+    return frame.assign(**extra)
+
+
+@pytest.mark.parametrize(("frames", "message"), [
+    ({"samples": _samples().drop(columns="ts")}, "samples.csv: missing required column(s) 'ts'"),
+    ({"samples": _samples().assign(fb_used_mib=1)}, "unknown column(s) 'fb_used_mib'"),
+    ({"samples": _samples().assign(ts=["2026-11-09T00:00:00Z", "yesterday", "2026-11-09T00:02:00Z"])},
+     "samples.csv: column 'ts', row 2: bad timestamp 'yesterday'"),
+    ({"samples": _samples().assign(ts=[1794182400000, 1794182460000, 1794182520000])},
+     "column 'ts', row 1: bad timestamp"),
+    ({"samples": _samples().assign(gpu_util=["0.5", "0.5", "busy"])}, "column 'gpu_util', row 3: 'busy' is not a number"),
+    ({"samples": _samples().assign(node=["n1", None, "n1"])}, "column 'node', row 2: required value is empty"),
+    ({"pods": pd.DataFrame({"namespace": ["a"], "pod": ["p"], "gpu_count": [-1]})},
+     "pods.csv: column 'gpu_count', row 1: negative value"),
+    ({"devices": pd.DataFrame({"node": ["n"], "gpu_uuid": ["G"], "gpu_model": ["m"], "gpu_index": [1.5]})},
+     "column 'gpu_index', row 1: 1.5 is not a whole number"),
+    ({"prices": pd.DataFrame({"gpu_model": ["m"], "usd_per_gpu_hour": [-2.0]})}, "negative value"),
+    ({"pods": pd.DataFrame({"namespace": ["a"], "pod": ["p"], "gpu_count": [1], "start_ts": ["2026-11-10T00:00:00Z"],
+                            "end_ts": ["2026-11-09T00:00:00Z"]})}, "column 'end_ts', row 1: ends before start_ts"),
+])
+def test_bad_input_is_a_clear_error_and_nothing_is_loaded(tmp_path, frames, message):
+    con = store.connect(None)
+    store.load_bundle(con, _bundle(tmp_path / "good", samples=_samples(5)))
+    before = con.execute("SELECT count(*) FROM samples").fetchone()[0]
+    # a good prices file rides along with the bad one: it must not be half-loaded either
+    good_prices = {"prices": pd.DataFrame({"gpu_model": ["x"], "usd_per_gpu_hour": [1.0]})}
+    bad = _bundle(tmp_path / "bad", **{**good_prices, **frames})
+    with pytest.raises(store.BundleError) as info:
+        store.load_bundle(con, bad)
+    assert message in str(info.value)
+    assert con.execute("SELECT count(*) FROM samples").fetchone()[0] == before
+    if "prices" not in frames:
+        assert con.execute("SELECT count(*) FROM prices").fetchone()[0] == 0
+
+
+def test_bad_row_in_a_later_batch_rolls_back_everything(tmp_path, monkeypatch):
+    from gpuwatch.store import bundle
+
+    monkeypatch.setattr(bundle, "BATCH_ROWS", 2)  # several batches from one small file
+    con = store.connect(None)
+    frame = _samples(5).assign(gpu_util=["0.1", "0.2", "0.3", "0.4", "oops"])
+    with pytest.raises(store.BundleError, match="row 5"):
+        store.load_bundle(con, _bundle(tmp_path, samples=frame))
+    assert con.execute("SELECT count(*) FROM samples").fetchone()[0] == 0
+    assert con.execute("SELECT count(*) FROM ingest_log").fetchone()[0] == 0
+
+
+def test_empty_or_missing_directory_is_an_error(tmp_path):
+    con = store.connect(None)
+    with pytest.raises(store.BundleError, match="no bundle files"):
+        store.load_bundle(con, tmp_path)
+    with pytest.raises(store.BundleError, match="not a bundle directory"):
+        store.load_bundle(con, tmp_path / "nope")
+
+
+def test_devices_and_pods_without_samples_still_give_allocation_chargeback(tmp_path):
+    for name in ("devices", "pods", "prices"):
+        shutil.copy(SAMPLE_DATA / f"{name}.csv", tmp_path / f"{name}.csv")
+    con = store.connect(None)
+    counts = store.load_bundle(con, tmp_path)
+    assert counts["samples"] == 0 and counts["pods"] > 0
+    p = params(*window(store.data_range(con)[1]))
+    charge = analyses.run(con, "chargeback", **p)
+    teams = charge[charge["kind"] == "team"]
+    assert teams["cost_usd"].sum() > 0
+    assert (teams["unobserved_usd"] == teams["cost_usd"]).all()  # no samples: all allocated time unobserved
+    assert round(charge["cost_usd"].sum(), 2) == charge["fleet_cost_usd"].iloc[0]
+    assert len(analyses.run(con, "idle_hoarding", **p)) == 0
+
+
+def test_samples_without_sm_active_give_idle_findings_and_unknown_effective(tmp_path):
+    samples = pd.read_parquet(SAMPLE_DATA / "samples.parquet").drop(
+        columns=["sm_active", "sm_occupancy", "tensor_active", "dram_active"])
+    samples.to_parquet(tmp_path / "samples.parquet")
+    con = store.connect(None)
+    store.load_bundle(con, tmp_path)
+    p = params(*window(store.data_range(con)[1]))
+    idle = analyses.run(con, "idle_hoarding", **p)
+    assert idle["hoarder"].sum() > 0
+    util = analyses.run(con, "utilization", **p)
+    assert util["mean_sm_active"].isna().all() and util["mean_effective"].isna().all()
+    false = analyses.run(con, "false_utilization", **p)
+    assert not false["effective_known"].any() and not false["offender"].any()
+
+
+def test_csv_and_parquet_bundles_load_the_same(tmp_path):
+    frame = pd.read_parquet(SAMPLE_DATA / "samples.parquet").head(5000)
+    frame.to_parquet(tmp_path / "p.parquet")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    frame.to_parquet(tmp_path / "a" / "samples.parquet")
+    csv = frame.assign(ts=frame["ts"].dt.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    csv.to_csv(tmp_path / "b" / "samples.csv", index=False)
+    tables = []
+    for sub in ("a", "b"):
+        con = store.connect(None)
+        store.load_bundle(con, tmp_path / sub)
+        tables.append(con.execute("SELECT * EXCLUDE (container) FROM stg_samples ORDER BY pod, device_key, ts").df())
+    pd.testing.assert_frame_equal(tables[0], tables[1], check_dtype=False)
+
+
+def test_ingest_command_is_idempotent(tmp_path, capsys):
+    db = tmp_path / "g.duckdb"
+    assert main(["ingest", "--from", str(SAMPLE_DATA), "--db", str(db)]) == 0
+    assert main(["ingest", "--from", str(SAMPLE_DATA), "--db", str(db)]) == 0
+    con = store.connect(str(db), read_only=True)
+    rows = con.execute("SELECT count(*) FROM samples").fetchone()[0]
+    expected = len(pd.read_parquet(SAMPLE_DATA / "samples.parquet", columns=["ts"]))
+    assert rows == expected
+    assert con.execute("SELECT count(*) FROM pods").fetchone()[0] == len(pd.read_csv(SAMPLE_DATA / "pods.csv"))
+    assert "samples 796,320" in capsys.readouterr().out
+
+
+def test_ingest_command_reports_bad_bundle(tmp_path, capsys):
+    bad = _bundle(tmp_path / "bad", samples=_samples().drop(columns="node"))
+    assert main(["ingest", "--from", str(bad), "--db", str(tmp_path / "g.duckdb")]) == 1
+    assert "missing required column(s) 'node'" in capsys.readouterr().out

@@ -1,0 +1,164 @@
+"""The store's staging rules, on a real DuckDB: each rule gets a small hand-written bundle.
+
+Checks: duplicates and out-of-order timestamps, NaN/negative readings -> NULL, percent GPU_UTIL
+(dcgm-exporter's 0-100) -> ratio, ratios > 1 clamped and flagged, reported/effective derivation
+(effective unknown stays NULL, never 0), the series step, GPU share and price per sample (MIG by
+slices / 7 or a profile price row, time-sliced pods by gpu_count), idempotent re-loads.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from gpuwatch import store
+
+T0 = pd.Timestamp("2026-11-09T00:00:00")
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def _samples(rows: list[dict]) -> pd.DataFrame:
+    base = {"node": "n1", "gpu_uuid": "GPU-a", "namespace": "ns", "pod": "p"}
+    return pd.DataFrame([{**base, **r} for r in rows])
+
+
+def _stg(con, order: str = "ts") -> pd.DataFrame:
+    return con.execute(f"SELECT * FROM stg_samples ORDER BY {order}").df()
+
+
+@pytest.fixture
+def con():
+    connection = store.connect(None)
+    yield connection
+    connection.close()
+
+
+def test_duplicates_collapse_and_out_of_order_rows_sort(con):
+    rows = [{"ts": T0 + pd.Timedelta(seconds=s), "gpu_util": u} for s, u in ((120, 0.3), (0, 0.1), (60, 0.2), (60, 0.2))]
+    store.load(con, {"samples": _samples(rows)}, source="test")
+    stg = _stg(con)
+    assert list(stg["gpu_util"]) == [0.1, 0.2, 0.3]
+    assert list(stg["dt_seconds"].fillna(-1)) == [-1, 60, 60]
+    assert set(stg["step_seconds"]) == {60}
+
+
+def test_nan_inf_and_negative_readings_become_null_not_zero(con):
+    rows = [{"ts": T0, "gpu_util": float("nan"), "sm_active": -0.2, "fb_used_bytes": float("inf"),
+             "power_watts": -1.0, "nvlink_tx_bytes_per_second": -5e9}]  # negative rate: a counter reset
+    store.load(con, {"samples": _samples(rows)}, source="test")
+    row = _stg(con).iloc[0]
+    for column in ("gpu_util", "sm_active", "fb_used_bytes", "power_watts", "nvlink_tx_bytes_per_second", "reported"):
+        assert pd.isna(row[column]), column
+
+
+def test_percent_gpu_util_from_dcgm_exporter_is_scaled_per_node(con):
+    def rows(node, gpu, values):
+        return [{"ts": T0 + pd.Timedelta(minutes=i), "gpu_util": v, "node": node, "gpu_uuid": gpu, "pod": gpu}
+                for i, v in enumerate(values)]
+
+    samples = (rows("pct", "GPU-a", (0, 45, 100)) + rows("pct", "GPU-idle", (0, 0.3, 0.7))  # same exporter: percent
+               + rows("ones", "GPU-b", (0, 1, 0)) + rows("ratio", "GPU-c", (0.0, 0.45, 1.0)))
+    store.load(con, {"samples": _samples(samples)}, source="test")
+    stg = _stg(con, "gpu_uuid, ts").groupby("gpu_uuid")["gpu_util"].apply(list)
+    assert stg["GPU-a"] == [0.0, 0.45, 1.0]
+    assert stg["GPU-idle"] == pytest.approx([0.0, 0.003, 0.007])  # idle, though every value is <= 1
+    assert stg["GPU-b"] == [0.0, 0.01, 0.0]  # whole numbers 0/1 only: percent
+    assert stg["GPU-c"] == [0.0, 0.45, 1.0]
+
+
+def test_ratios_above_one_are_clamped_and_flagged(con):
+    rows = [{"ts": T0, "gr_engine_active": 0.9, "sm_active": 1.3, "mig_gi_id": 1},
+            {"ts": T0 + pd.Timedelta(minutes=1), "gr_engine_active": 0.9, "sm_active": 0.8, "mig_gi_id": 1}]
+    store.load(con, {"samples": _samples(rows)}, source="test")
+    stg = _stg(con)
+    assert list(stg["sm_active"]) == [1.0, 0.8]
+    assert list(stg["ratio_clamped"]) == [True, False]
+
+
+def test_reported_falls_back_to_gr_engine_and_effective_stays_unknown(con):
+    rows = [{"ts": T0, "gpu_util": None, "gr_engine_active": 0.7, "mig_gi_id": 3},
+            {"ts": T0 + pd.Timedelta(minutes=1), "gpu_util": 0.2, "gr_engine_active": 0.9}]
+    store.load(con, {"samples": _samples(rows)}, source="test")
+    stg = _stg(con)
+    assert list(stg["reported"]) == [0.7, 0.2]
+    assert stg["effective"].isna().all()
+
+
+def test_step_is_the_median_interval_of_each_series(con):
+    seconds = (0, 30, 60, 90, 400, 430)  # one long gap does not move the median
+    rows = [{"ts": T0 + pd.Timedelta(seconds=s), "gpu_util": 0.5} for s in seconds]
+    store.load(con, {"samples": _samples(rows)}, source="test")
+    assert set(_stg(con)["step_seconds"]) == {30}
+
+
+def test_share_and_price_per_sample(con):
+    devices = pd.DataFrame([
+        {"node": "n1", "gpu_uuid": "GPU-a", "gpu_model": H100},
+        {"node": "n1", "gpu_uuid": "GPU-m", "gpu_model": H100},
+        {"node": "n1", "gpu_uuid": "GPU-m", "gpu_model": H100, "mig_gi_id": 1, "mig_profile": "3g.40gb", "mig_profile_id": 9},
+        {"node": "n1", "gpu_uuid": "GPU-m", "gpu_model": H100, "mig_gi_id": 7, "mig_profile": "1g.10gb", "mig_profile_id": 19},
+    ])
+    prices = pd.DataFrame({"gpu_model": [H100, f"{H100}/1g.10gb"], "usd_per_gpu_hour": [7.0, 0.5]})
+    pods = pd.DataFrame([
+        {"namespace": "ns", "pod": "shared", "node": "n1", "gpu_resource": "nvidia.com/gpu.shared", "gpu_count": 0.25, "device_ids": "GPU-a"},
+        {"namespace": "ns", "pod": "mig3", "node": "n1", "gpu_resource": "nvidia.com/mig-3g.40gb", "gpu_count": 1, "device_ids": "MIG-x"},
+        {"namespace": "ns", "pod": "mig1", "node": "n1", "gpu_resource": "nvidia.com/mig-1g.10gb", "gpu_count": 1, "device_ids": "MIG-y"},
+    ])
+    samples = _samples([{"ts": T0, "pod": "shared", "gpu_util": 0.5},
+                        {"ts": T0, "pod": "mig3", "gpu_uuid": "GPU-m", "mig_gi_id": 1, "gr_engine_active": 0.5},
+                        {"ts": T0, "pod": "mig1", "gpu_uuid": "GPU-m", "mig_gi_id": 7, "gr_engine_active": 0.5},
+                        {"ts": T0, "pod": None, "namespace": None, "gpu_uuid": "GPU-m", "mig_gi_id": 1}])
+    store.load(con, {"devices": devices, "prices": prices, "pods": pods, "samples": samples}, source="test")
+    stg = _stg(con, "pod NULLS LAST")
+    by_pod = stg.set_index(stg["pod"].fillna("(none)"))
+    assert by_pod.loc["shared", ["gpu_share", "usd_per_hour"]].tolist() == [0.25, 1.75]
+    assert by_pod.loc["mig3", "gpu_share"] == pytest.approx(3 / 7)
+    assert by_pod.loc["mig3", "usd_per_hour"] == pytest.approx(3.0)
+    assert by_pod.loc["mig1", "usd_per_hour"] == pytest.approx(0.5)  # the profile's own price row wins
+    assert by_pod.loc["(none)", "usd_per_hour"] == pytest.approx(3.0)  # unallocated: the device's price
+
+
+def test_reload_of_a_window_replaces_it(con):
+    rows = [{"ts": T0 + pd.Timedelta(minutes=i), "gpu_util": 0.5} for i in range(10)]
+    store.load(con, {"samples": _samples(rows)}, source="first")
+    again = [{"ts": T0 + pd.Timedelta(minutes=i), "gpu_util": 0.9} for i in range(5)]
+    counts = store.load(con, {"samples": _samples(again)}, source="second")
+    assert counts["samples"] == 5
+    stg = _stg(con)
+    assert len(stg) == 10 and list(stg["gpu_util"]) == [0.9] * 5 + [0.5] * 5
+    log = con.execute("SELECT source, samples FROM ingest_log ORDER BY loaded_at").fetchall()
+    assert log == [("first", 10), ("second", 5)]
+
+
+def test_upsert_devices_pods_prices_by_key(con):
+    prices = pd.DataFrame({"gpu_model": [H100], "usd_per_gpu_hour": [4.0]})
+    store.load(con, {"prices": prices}, source="a")
+    store.load(con, {"prices": prices.assign(usd_per_gpu_hour=5.0)}, source="b")
+    assert con.execute("SELECT usd_per_gpu_hour FROM stg_prices").fetchall() == [(5.0,)]
+
+
+def test_team_label_else_namespace(con):
+    pods = pd.DataFrame([{"namespace": "ns1", "pod": "a", "team": "nlp", "gpu_count": 1},
+                         {"namespace": "ns2", "pod": "b", "team": " ", "gpu_count": 1}])
+    store.load(con, {"pods": pods}, source="t")
+    assert con.execute("SELECT pod, team FROM stg_pods ORDER BY pod").fetchall() == [("a", "nlp"), ("b", "ns2")]
+
+
+def test_has_table_and_data_range(con):
+    assert store.has_table(con, "stg_samples") and store.has_table(con, "reclaim_audit")
+    assert not store.has_table(con, "nope")
+    assert store.data_range(con) == (None, None)
+    store.load(con, {"samples": _samples([{"ts": T0, "gpu_util": 0.1}])}, source="t")
+    assert store.data_range(con)[1] == T0.to_pydatetime()
+
+
+def test_read_only_connection_sees_the_data(tmp_path):
+    path = tmp_path / "g.duckdb"
+    con = store.connect(str(path))
+    store.load(con, {"samples": _samples([{"ts": T0, "gpu_util": 0.1}])}, source="t")
+    con.close()
+    ro = store.connect(str(path), read_only=True)
+    assert ro.execute("SELECT count(*) FROM stg_samples").fetchone()[0] == 1
+    assert math.isclose(ro.execute("SELECT reported FROM stg_samples").fetchone()[0], 0.1)
