@@ -42,7 +42,7 @@ def db_path(argv: list[str] | None = None) -> str:
     return args.db
 
 
-@st.cache_resource(show_spinner=False)
+@st.cache_resource(show_spinner=False, max_entries=4)
 def _connection(path: str, mtime: float):
     # one read-only connection per file version; queries use their own cursor (thread safety)
     return store.connect(path, read_only=True)
@@ -135,10 +135,12 @@ def readable(frame: pd.DataFrame) -> pd.DataFrame:
     for col in frame.columns:
         if not pd.api.types.is_numeric_dtype(frame[col]) or pd.api.types.is_bool_dtype(frame[col]):
             continue
-        if col.endswith("_bytes"):
-            out = out.rename(columns={col: col[:-6] + "_gib"}).assign(**{col[:-6] + "_gib": frame[col] / GIB})
-        elif col.endswith("_seconds"):
-            out = out.rename(columns={col: col[:-8] + "_h"}).assign(**{col[:-8] + "_h": frame[col] / 3600.0})
+        if "_bytes" in col and "_bytes_per" not in col:  # max_fb_used_bytes_idle -> max_fb_used_gib_idle
+            name = col.replace("_bytes", "_gib")
+            out = out.rename(columns={col: name}).assign(**{name: frame[col] / GIB})
+        elif "_seconds" in col:
+            name = col.replace("_seconds", "_h")
+            out = out.rename(columns={col: name}).assign(**{name: frame[col] / 3600.0})
     return out
 
 
@@ -150,9 +152,9 @@ def _column_config(frame: pd.DataFrame) -> dict:
             continue
         if any(k in col for k in MONEY):
             config[col] = st.column_config.NumberColumn(col, format="$%.2f")
-        elif col.endswith("_gib"):
+        elif "_gib" in col:
             config[col] = st.column_config.NumberColumn(col, format="%.1f GiB")
-        elif col.endswith("_h") or col.endswith("_hours"):
+        elif col.endswith(("_h", "_hours")) or "_h_" in col:
             config[col] = st.column_config.NumberColumn(col, format="%.2f")
         elif any(k in col for k in RATIO):
             config[col] = st.column_config.NumberColumn(col, format="%.3f")

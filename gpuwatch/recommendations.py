@@ -27,7 +27,7 @@ def recommend(*, idle=None, false_util=None, rightsizing=None, mig=None, prices=
             + investigate_false_util(false_util, window_hours=window_hours, hours_per_month=hours_per_month))
     frame = pd.DataFrame(rows, columns=list(COLUMNS))
     frame["monthly_savings_usd"] = frame["monthly_savings_usd"].astype(float).round(2)
-    return frame.sort_values(["monthly_savings_usd", "id"], ascending=[False, True]).reset_index(drop=True)
+    return frame.sort_values(["monthly_savings_usd", "id"], ascending=[False, True], kind="stable").reset_index(drop=True)
 
 
 def stable_id(kind: str, namespace: str | None, subject: str | None) -> str:

@@ -41,7 +41,7 @@ TEAMS = {"nlp": ("nlp-train", "nlp-serving"), "vision": ("vision",), "recsys": (
 PCI_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 SIGNALS = ("gpu_util", "gr_engine_active", "sm_active", "sm_occupancy", "tensor_active", "dram_active",
            "fb_used_bytes", "power_watts", "nvlink_tx_bytes_per_second", "nvlink_rx_bytes_per_second")
-DEFAULT_START = 1_762_646_400.0  # 2026-11-09T00:00:00Z, a Monday (ISO week 2026-W46)
+DEFAULT_START = 1_794_182_400.0  # 2026-11-09T00:00:00Z, a Monday (ISO week 2026-W46)
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,13 @@ st.title("Fleet")
 ui.window_caption(ctx)
 st.caption("Fleet-wide: the team filter does not apply to this page.")
 bucket = 600 if (ctx.end - ctx.start).days <= 2 else 3600
-series = ui.analysis(ctx, "fleet_timeseries", bucket_seconds=bucket)
+frame = ui.analysis(ctx, "fleet_timeseries", bucket_seconds=bucket)
+series = frame[frame["scope"] == "bucket"]
 if series.empty:
     st.info("No GPU samples in this window. Widen the time range in the sidebar.")
     st.stop()
 
-span = int((ctx.end - ctx.start).total_seconds())
-totals = ui.analysis(ctx, "fleet_timeseries", bucket_seconds=span).iloc[0]  # one bucket: the window
+totals = frame[frame["scope"] == "window"].iloc[0]  # the whole window, from the same scan
 charge = ui.analysis(ctx, "chargeback")  # money from chargeback, so every page agrees to the cent
 teams = charge[charge["kind"] == "team"]
 cols = st.columns(4)

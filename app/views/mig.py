@@ -13,7 +13,7 @@ st.caption("Each row is a MIG-enabled GPU, each cell one of its 8 memory slices,
            "*Stranded* slices are free but no profile requested in this window can be placed on them "
            "(placement rules: DESIGN §6). The right-hand map is the cheapest repack of the in-use instances.")
 summary = ui.analysis(ctx, "mig_fragmentation")
-slices = ui.analysis(ctx, "mig_layout")
+slices = ui.analysis(ctx, "mig_layout", fragmentation=summary)  # reuse: no second placement search
 if summary.empty:
     st.info("No MIG-enabled GPUs in this database: nothing can be fragmented.")
     st.stop()

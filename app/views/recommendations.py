@@ -21,7 +21,8 @@ cols[1].metric("Monthly savings", ui.money(shown["monthly_savings_usd"].sum()))
 if not shown.empty:
     chart = alt.Chart(shown).mark_bar().encode(
         x=alt.X("sum(monthly_savings_usd):Q", title="monthly savings (USD)"),
-        y=alt.Y("kind:N", sort="-x", title=None), color=alt.Color("kind:N", legend=None),
+        y=alt.Y("kind:N", sort="-x", title=None, axis=alt.Axis(labelLimit=240)),
+        color=alt.Color("kind:N", legend=None),
         tooltip=["kind:N", "count():Q", alt.Tooltip("sum(monthly_savings_usd):Q", format="$,.2f")],
     )
     st.altair_chart(chart, width="stretch", height=40 * len(kinds) + 60)

@@ -69,3 +69,13 @@ def run(con: Any, name: str, **params: Any):
     except ModuleNotFoundError:
         return frame
     return module.finish(con, frame, params)
+
+
+def markdown_table() -> str:
+    """The README's Analyses table, generated from the ``.sql`` headers."""
+    rows = ["| analysis | question | params | columns |", "|---|---|---|---|"]
+    for name in names():
+        h = header(name)
+        params = ", ".join(f"`${p}`" for p in h.params) or "—"
+        rows.append(f"| `{name}` | {h.title} | {params} | {', '.join(h.columns)} |")
+    return "\n".join(rows) + "\n"

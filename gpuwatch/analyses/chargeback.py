@@ -38,7 +38,7 @@ def finish(con: Any, frame, params: dict):
     out["gpu_hours"] = out["gpu_hours"].fillna(0.0)
     out["fleet_cost_usd"] = sum(cents) / 100
     out["share_of_fleet"] = out["cost_usd"] / fleet if fleet else math.nan
-    out = out.sort_values(["kind", "cost_usd", "team", "namespace"], ascending=[False, False, True, True])
+    out = out.sort_values(["kind", "cost_usd", "team", "namespace"], ascending=[False, False, True, True], kind="stable")
     return out[list(COLUMNS)].reset_index(drop=True)
 
 

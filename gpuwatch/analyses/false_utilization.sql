@@ -40,4 +40,4 @@ final AS (
     FROM per_pod p
     LEFT JOIN stg_pods a USING (namespace, pod)
 )
-SELECT * FROM final ORDER BY false_util_cost_usd DESC, false_util_gpu_hours DESC, namespace, pod
+SELECT * FROM final ORDER BY round(false_util_cost_usd, 6) DESC, round(false_util_gpu_hours, 6) DESC, namespace, pod

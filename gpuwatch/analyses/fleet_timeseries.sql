@@ -1,7 +1,8 @@
 -- Fleet over time: GPUs allocated-busy, allocated-idle and unallocated per bucket, reported vs effective utilization, and cost.
 -- params: $start, $end (timestamps, window [start, end)), $bucket_seconds (seconds), $idle_below (ratio)
--- columns: bucket_start, gpus, allocated_busy_gpus, allocated_idle_gpus, unallocated_gpus, reported_util, effective_util, cost_usd, busy_cost_usd, idle_cost_usd, unallocated_cost_usd
--- Buckets start at $start; a bucket as long as the window gives the window's totals.
+-- columns: scope, bucket_start, gpus, allocated_busy_gpus, allocated_idle_gpus, unallocated_gpus, reported_util, effective_util, cost_usd, busy_cost_usd, idle_cost_usd, unallocated_cost_usd
+-- scope 'bucket' rows: one per bucket (buckets start at $start); one scope 'window' row: the whole
+-- window's totals (bucket_start = $start), from the same scan.
 -- Each sample stands for stg_samples.gpu_share of a GPU (a MIG instance its slices / 7, a
 -- time-sliced replica its share) at stg_samples.usd_per_hour. GPU counts are bucket averages
 -- (share x step / bucket length); utilizations are share-weighted means over allocated samples.
@@ -22,19 +23,36 @@ classified AS (
            pod IS NOT NULL AND reported < $idle_below AND coalesce(effective, 0) < $idle_below AS idle
     FROM window_samples
 ),
-final AS (
-    SELECT c.bucket_start,
-           sum(weight) * any_value(step.seconds) / $bucket_seconds AS gpus,
-           coalesce(sum(weight) FILTER (WHERE allocated AND NOT idle), 0) * any_value(step.seconds) / $bucket_seconds AS allocated_busy_gpus,
-           coalesce(sum(weight) FILTER (WHERE idle), 0) * any_value(step.seconds) / $bucket_seconds AS allocated_idle_gpus,
-           coalesce(sum(weight) FILTER (WHERE NOT allocated), 0) * any_value(step.seconds) / $bucket_seconds AS unallocated_gpus,
-           sum(reported * weight) FILTER (WHERE allocated) / sum(weight) FILTER (WHERE allocated AND reported IS NOT NULL) AS reported_util,
-           sum(effective * weight) FILTER (WHERE allocated) / sum(weight) FILTER (WHERE allocated AND effective IS NOT NULL) AS effective_util,
-           coalesce(sum(usd_per_hour), 0) * any_value(step.seconds) / 3600.0 AS cost_usd,
-           coalesce(sum(usd_per_hour) FILTER (WHERE allocated AND NOT idle), 0) * any_value(step.seconds) / 3600.0 AS busy_cost_usd,
-           coalesce(sum(usd_per_hour) FILTER (WHERE idle), 0) * any_value(step.seconds) / 3600.0 AS idle_cost_usd,
-           coalesce(sum(usd_per_hour) FILTER (WHERE NOT allocated), 0) * any_value(step.seconds) / 3600.0 AS unallocated_cost_usd
+grouped AS (
+    SELECT CASE WHEN grouping(c.bucket_start) = 1 THEN 'window' ELSE 'bucket' END AS scope,
+           coalesce(c.bucket_start, $start::TIMESTAMP) AS bucket_start,
+           CASE WHEN grouping(c.bucket_start) = 1 THEN epoch($end::TIMESTAMP) - epoch($start::TIMESTAMP)
+                ELSE $bucket_seconds END AS span_seconds,
+           any_value(step.seconds) AS step_seconds,
+           sum(weight) AS w, sum(weight) FILTER (WHERE allocated AND NOT idle) AS w_busy,
+           sum(weight) FILTER (WHERE idle) AS w_idle, sum(weight) FILTER (WHERE NOT allocated) AS w_free,
+           sum(reported * weight) FILTER (WHERE allocated) AS reported_sum,
+           sum(weight) FILTER (WHERE allocated AND reported IS NOT NULL) AS reported_w,
+           sum(effective * weight) FILTER (WHERE allocated) AS effective_sum,
+           sum(weight) FILTER (WHERE allocated AND effective IS NOT NULL) AS effective_w,
+           sum(usd_per_hour) AS usd, sum(usd_per_hour) FILTER (WHERE allocated AND NOT idle) AS usd_busy,
+           sum(usd_per_hour) FILTER (WHERE idle) AS usd_idle, sum(usd_per_hour) FILTER (WHERE NOT allocated) AS usd_free
     FROM classified c CROSS JOIN step
-    GROUP BY c.bucket_start
+    GROUP BY GROUPING SETS ((c.bucket_start), ())
+),
+final AS (
+    SELECT scope, bucket_start,
+           w * step_seconds / span_seconds AS gpus,
+           coalesce(w_busy, 0) * step_seconds / span_seconds AS allocated_busy_gpus,
+           coalesce(w_idle, 0) * step_seconds / span_seconds AS allocated_idle_gpus,
+           coalesce(w_free, 0) * step_seconds / span_seconds AS unallocated_gpus,
+           reported_sum / reported_w AS reported_util,
+           effective_sum / effective_w AS effective_util,
+           coalesce(usd, 0) * step_seconds / 3600.0 AS cost_usd,
+           coalesce(usd_busy, 0) * step_seconds / 3600.0 AS busy_cost_usd,
+           coalesce(usd_idle, 0) * step_seconds / 3600.0 AS idle_cost_usd,
+           coalesce(usd_free, 0) * step_seconds / 3600.0 AS unallocated_cost_usd
+    FROM grouped
+    WHERE w IS NOT NULL
 )
-SELECT * FROM final ORDER BY bucket_start
+SELECT * FROM final ORDER BY scope, bucket_start

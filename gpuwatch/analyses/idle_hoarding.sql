@@ -9,7 +9,7 @@
 WITH series AS (
     SELECT * FROM stg_series($start, $end)
 ),
-classified AS (
+classified AS MATERIALIZED (
     SELECT namespace, pod, node, device_key, ts, team, gpu_share, usd_per_hour, fb_used_bytes, step_seconds,
            reported < $idle_below AND coalesce(effective < $idle_below, TRUE) AS idle,
            coalesce(prev_reported < $idle_below AND coalesce(prev_effective < $idle_below, TRUE), FALSE) AS prev_idle,
@@ -29,7 +29,7 @@ run_ends AS (
     SELECT namespace, pod, node, device_key, ts AS run_end, step_seconds
     FROM classified WHERE idle AND (NOT next_idle OR gap_after)
 ),
-runs AS (
+runs AS MATERIALIZED (
     SELECT s.namespace, s.pod, s.node, s.device_key, s.run_start, e.run_end,
            epoch(e.run_end) - epoch(s.run_start) + e.step_seconds AS run_seconds
     FROM run_starts s
@@ -37,7 +37,7 @@ runs AS (
       ON e.namespace = s.namespace AND e.pod = s.pod AND e.node = s.node AND e.device_key = s.device_key
      AND e.run_end >= s.run_start
 ),
-per_series AS (
+per_series AS MATERIALIZED (
     SELECT namespace, pod, node, device_key,
            any_value(team) AS team, any_value(gpu_share) AS gpu_share, any_value(usd_per_hour) AS usd_per_hour,
            count(*) FILTER (WHERE idle) * any_value(step_seconds) AS idle_seconds,
@@ -51,17 +51,22 @@ per_series AS (
 window_last AS (
     SELECT max(series_last_ts) AS last_ts FROM per_series
 ),
+trailing_runs AS (
+    -- the run that ends at its series' last sample, if any
+    SELECT r.namespace, r.pod, r.node, r.device_key, r.run_start, r.run_seconds
+    FROM runs r
+    JOIN per_series s USING (namespace, pod, node, device_key)
+    WHERE r.run_end = s.series_last_ts
+),
 judged_series AS (
     -- reclaimable now: an idle run of at least $min_idle_run_seconds ends at the series' last sample,
     -- and that sample is within one step of the window's latest sample
-    SELECT s.*, r.run_start AS trailing_start,
-           coalesce(r.run_seconds >= $min_idle_run_seconds
-                    AND epoch(w.last_ts) - epoch(s.series_last_ts) <= s.step_seconds, FALSE) AS reclaimable
+    SELECT s.*, t.run_start AS trailing_start,
+           coalesce(t.run_seconds >= $min_idle_run_seconds
+                    AND epoch((SELECT last_ts FROM window_last)) - epoch(s.series_last_ts) <= s.step_seconds, FALSE)
+               AS reclaimable
     FROM per_series s
-    CROSS JOIN window_last w
-    LEFT JOIN runs r
-      ON r.namespace = s.namespace AND r.pod = s.pod AND r.node = s.node AND r.device_key = s.device_key
-     AND r.run_end = s.series_last_ts
+    LEFT JOIN trailing_runs t USING (namespace, pod, node, device_key)
 ),
 longest AS (
     SELECT namespace, pod, max(run_seconds) AS longest_idle_seconds FROM runs GROUP BY ALL
@@ -100,4 +105,4 @@ final AS (
     LEFT JOIN longest l USING (namespace, pod)
     LEFT JOIN stg_pods a USING (namespace, pod)
 )
-SELECT * FROM final ORDER BY idle_cost_usd DESC NULLS LAST, idle_gpu_hours DESC, namespace, pod
+SELECT * FROM final ORDER BY round(idle_cost_usd, 6) DESC NULLS LAST, round(idle_gpu_hours, 6) DESC, namespace, pod

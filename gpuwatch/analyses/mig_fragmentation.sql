@@ -13,18 +13,13 @@ WITH instances AS (
     FROM stg_devices
     WHERE mig_gi_id IS NOT NULL
 ),
-last_sample AS (
-    SELECT node, gpu_uuid, mig_gi_id, max(ts) AS ts
+sampled AS (
+    -- one pass: the latest sample per instance decides "in use"; at equal ts an attributed row wins
+    SELECT node, gpu_uuid, mig_gi_id,
+           arg_max(pod IS NOT NULL, epoch_ms(ts) * 2 + (pod IS NOT NULL)::INT) AS in_use
     FROM stg_samples
     WHERE mig_gi_id IS NOT NULL AND ts >= $start AND ts < $end
     GROUP BY node, gpu_uuid, mig_gi_id
-),
-sampled AS (
-    SELECT s.node, s.gpu_uuid, s.mig_gi_id, bool_or(s.pod IS NOT NULL) AS in_use
-    FROM stg_samples s
-    JOIN last_sample l
-      ON l.node = s.node AND l.gpu_uuid = s.gpu_uuid AND l.mig_gi_id = s.mig_gi_id AND l.ts = s.ts
-    GROUP BY s.node, s.gpu_uuid, s.mig_gi_id
 ),
 mig_pods AS (
     -- a pod asking for n instances of a profile is n requests for a placement

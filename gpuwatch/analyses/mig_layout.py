@@ -19,10 +19,17 @@ COLUMNS = ("node", "gpu_uuid", "gpu_model", "layout", "slice", "state", "instanc
 
 
 def finish(con: Any, frame: pd.DataFrame, params: dict) -> pd.DataFrame:
-    """One row per (MIG GPU, layout = current | repack, memory slice)."""
+    """One row per (MIG GPU, layout = current | repack, memory slice).
+
+    ``params["fragmentation"]``, when given, is mig_fragmentation's result for the same window
+    (a caller that already has it saves running the placement search twice).
+    """
     if frame.empty:
         return pd.DataFrame(columns=list(COLUMNS))
-    fragmentation = analyses.run(con, "mig_fragmentation", **params).set_index(["node", "gpu_uuid"])
+    given = params.get("fragmentation")
+    fragmentation = given if given is not None else analyses.run(
+        con, "mig_fragmentation", **{k: v for k, v in params.items() if k != "fragmentation"})
+    fragmentation = fragmentation.set_index(["node", "gpu_uuid"])
     rows: list[dict] = []
     for (node, gpu_uuid), gpu in frame.groupby(["node", "gpu_uuid"], sort=True):
         if (node, gpu_uuid) not in fragmentation.index:

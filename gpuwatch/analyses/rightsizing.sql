@@ -54,4 +54,4 @@ final AS (
     LEFT JOIN stg_prices pp ON pp.gpu_model = f.gpu_model || '/' || f.profile
     WHERE f.rank = 1
 )
-SELECT * FROM final ORDER BY monthly_savings_usd DESC NULLS LAST, namespace, pod
+SELECT * FROM final ORDER BY round(monthly_savings_usd, 6) DESC NULLS LAST, namespace, pod

@@ -30,4 +30,4 @@ final AS (
     FROM per_pod p
     LEFT JOIN stg_pods a USING (namespace, pod)
 )
-SELECT * FROM final ORDER BY gpu_hours DESC, namespace, pod
+SELECT * FROM final ORDER BY round(gpu_hours, 6) DESC, namespace, pod

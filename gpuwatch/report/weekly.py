@@ -45,7 +45,8 @@ def gather(con: Any, week: Week, *, db_name: str, complete: bool = True,
     coverage = analyses.run(con, "data_coverage")
     first = coverage.at[0, "first_ts"] if len(coverage) else None
     previous_covered = first is not None and not _missing(first) and first.to_pydatetime() <= last["start"]
-    frames["daily"] = analyses.run(con, "fleet_timeseries", bucket_seconds=86400, **this)
+    daily = analyses.run(con, "fleet_timeseries", bucket_seconds=86400, **this)
+    frames["daily"] = daily[daily["scope"] == "bucket"]
     frames["recommendations"] = recommendations.recommend(
         idle=frames["idle_hoarding"], false_util=frames["false_utilization"],
         rightsizing=analyses.run(con, "rightsizing", **this), mig=frames["mig_fragmentation"],

@@ -7,6 +7,8 @@ pods and prices are upserted by key.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from importlib import resources
@@ -23,11 +25,20 @@ _KEYS = {"devices": ("node", "gpu_uuid", "mig_gi_id"), "pods": ("namespace", "po
          "prices": ("gpu_model",)}
 
 
-def connect(path: str | None, *, read_only: bool = False):
+# DuckDB takes 80% of RAM by default; a store is one process among many (a pod, a laptop), so cap
+# it and let large sorts and windows spill to disk instead. Override: GPUWATCH_DUCKDB_MEMORY_LIMIT.
+DEFAULT_MEMORY_LIMIT = "2GB"
+
+
+def connect(path: str | None, *, read_only: bool = False, memory_limit: str | None = None):
     """Open (or create) the store; creates raw tables and staging views unless read-only."""
     import duckdb
 
-    con = duckdb.connect(":memory:" if path is None else str(path), read_only=read_only)
+    limit = memory_limit or os.environ.get("GPUWATCH_DUCKDB_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT)
+    config = {"memory_limit": limit, "preserve_insertion_order": False}
+    if path is None:  # an in-memory store spills to the system temp directory
+        config["temp_directory"] = os.path.join(tempfile.gettempdir(), "gpuwatch-duckdb")
+    con = duckdb.connect(":memory:" if path is None else str(path), read_only=read_only, config=config)
     con.execute("SET TimeZone = 'UTC'")
     if not read_only:
         for script in ("schema.sql", "staging.sql"):
