@@ -145,6 +145,7 @@ def prometheus(tmp_path_factory):
         server = Prometheus(url=f"http://127.0.0.1:{port}", process=process, log=log)
         try:
             wait_ready(server)
+            server.wait_for("count(up == 1) == 4", timeout=45)  # every target scraped, even on a loaded machine
             server.wait_for("count(pod:gpuwatch_gpu_idle:bool5m == 1) == 3", timeout=45)
             yield server
         finally:

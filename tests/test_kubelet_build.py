@@ -83,6 +83,7 @@ def test_wheel_build_generates_the_stubs(tmp_path):
         shutil.copy2(ROOT / name, project / name)
     shutil.copytree(ROOT / "gpuwatch", project / "gpuwatch",
                     ignore=shutil.ignore_patterns("__pycache__", "*_pb2*.py"))
+    shutil.copytree(ROOT / "app", project / "app", ignore=shutil.ignore_patterns("__pycache__"))
     assert not (project / "gpuwatch/sources/_podresources/api_pb2.py").exists()
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                     "-w", str(tmp_path / "dist"), str(project)], check=True, timeout=240)

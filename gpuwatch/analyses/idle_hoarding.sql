@@ -6,10 +6,11 @@
 -- chargeback. A gap > $gap_steps steps is unknown time: neither idle nor busy, and it ends a run.
 -- Runs are found from each sample's neighbours (staging keeps them): a run starts at an idle sample
 -- after a busy one or a gap, ends at an idle sample before one, and starts pair with ends (ASOF).
-WITH series AS (
+WITH series AS NOT MATERIALIZED (
+    -- scanned twice (run edges, per-series totals): re-reading the table beats materialising 20M rows
     SELECT * FROM stg_series($start, $end)
 ),
-classified AS MATERIALIZED (
+classified AS NOT MATERIALIZED (
     SELECT namespace, pod, node, device_key, ts, team, gpu_share, usd_per_hour, fb_used_bytes, step_seconds,
            reported < $idle_below AND coalesce(effective < $idle_below, TRUE) AS idle,
            coalesce(prev_reported < $idle_below AND coalesce(prev_effective < $idle_below, TRUE), FALSE) AS prev_idle,
@@ -21,13 +22,18 @@ classified AS MATERIALIZED (
                AS gap_after
     FROM series
 ),
+edges AS MATERIALIZED (
+    -- the few samples where a run starts or ends (one scan; the runs are built from these alone)
+    SELECT namespace, pod, node, device_key, ts, step_seconds,
+           NOT prev_idle OR gap_before AS is_start, NOT next_idle OR gap_after AS is_end
+    FROM classified
+    WHERE idle AND (NOT prev_idle OR gap_before OR NOT next_idle OR gap_after)
+),
 run_starts AS (
-    SELECT namespace, pod, node, device_key, ts AS run_start
-    FROM classified WHERE idle AND (NOT prev_idle OR gap_before)
+    SELECT namespace, pod, node, device_key, ts AS run_start FROM edges WHERE is_start
 ),
 run_ends AS (
-    SELECT namespace, pod, node, device_key, ts AS run_end, step_seconds
-    FROM classified WHERE idle AND (NOT next_idle OR gap_after)
+    SELECT namespace, pod, node, device_key, ts AS run_end, step_seconds FROM edges WHERE is_end
 ),
 runs AS MATERIALIZED (
     SELECT s.namespace, s.pod, s.node, s.device_key, s.run_start, e.run_end,

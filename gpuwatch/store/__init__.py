@@ -40,6 +40,7 @@ def connect(path: str | None, *, read_only: bool = False, memory_limit: str | No
         config["temp_directory"] = os.path.join(tempfile.gettempdir(), "gpuwatch-duckdb")
     con = duckdb.connect(":memory:" if path is None else str(path), read_only=read_only, config=config)
     con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET enable_progress_bar = false")  # long queries must not draw on the caller's terminal
     if not read_only:
         for script in ("schema.sql", "staging.sql"):
             con.execute(_script(script))
