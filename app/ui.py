@@ -64,6 +64,12 @@ def analysis(ctx: Context, name: str, **params) -> pd.DataFrame:
     return _analysis(ctx.db, ctx.mtime, name, tuple(sorted(merged.items())))
 
 
+def chargeback(ctx: Context) -> pd.DataFrame:
+    """The chargeback analysis, handed the (cached) mig_fragmentation frame the MIG and
+    Recommendations pages use too, so the placement search runs once per window, not per page."""
+    return analysis(ctx, "chargeback", fragmentation=analysis(ctx, "mig_fragmentation"))
+
+
 def recommendation_frame(ctx: Context) -> pd.DataFrame:
     """gpuwatch.recommendations over the window's (cached) analysis frames."""
     import gpuwatch.recommendations as recommendations  # only the Recommendations page needs it

@@ -49,7 +49,11 @@ def run(args: argparse.Namespace) -> int:
     thresholds = {k: getattr(args, k) for k in defaults.DEFAULTS}
     end = _parse_time(args.end) if args.end else None
     start, end = defaults.window(store.data_range(con)[1], length=defaults.parse_duration(args.window), end=end)
-    results = analyze(con, defaults.params(start, end, **thresholds))
+    params = defaults.params(start, end, **thresholds)
+    # store this window's SQL results in the DB: the app and the report read them (analyses/persisted.py),
+    # and analyze() below reads them too, so the samples are scanned once per analysis
+    analyses.persist(con, params)
+    results = analyze(con, params)
     if args.out:
         write_csvs(results, Path(args.out))
     if args.format == "table":

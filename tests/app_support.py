@@ -40,7 +40,8 @@ def load_hostile(path: Path) -> Path:
     from gpuwatch import store
     from gpuwatch.store import bundle
 
-    frames = {name: pd.concat(list(bundle.batches(file)), ignore_index=True)
+    # read with pandas itself: the store's batch readers are its own business (and change)
+    frames = {name: pd.read_parquet(file) if file.suffix == ".parquet" else pd.read_csv(file)
               for name, file in bundle.find_files(sample_bundle()).items() if name != "truth"}
     pods = frames["pods"]
     notebooks = sorted(pods.loc[pods["owner_kind"] == "Notebook", "namespace"].unique())

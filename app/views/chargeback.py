@@ -12,7 +12,7 @@ ui.window_caption(ctx)
 st.caption("Allocated GPU-hours × price per team (pod label `team`, else the namespace) and namespace. "
            "Unallocated GPUs and stranded MIG capacity are the fleet's, not a team's: shown apart. "
            "All parts add up to the fleet cost to the cent (the weekly report's numbers).")
-frame = ui.analysis(ctx, "chargeback")
+frame = ui.chargeback(ctx)
 if frame.empty:
     st.info("No GPUs priced in this window.")
     st.stop()

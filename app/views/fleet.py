@@ -18,7 +18,7 @@ if series.empty:
     st.stop()
 
 totals = frame[frame["scope"] == "window"].iloc[0]  # the whole window, from the same scan
-charge = ui.analysis(ctx, "chargeback")  # money from chargeback, so every page agrees to the cent
+charge = ui.chargeback(ctx)  # money from chargeback, so every page agrees to the cent
 teams = charge[charge["kind"] == "team"]
 cols = st.columns(4)
 cols[0].metric("GPUs (mean)", f"{totals['gpus']:.1f}")

@@ -61,14 +61,52 @@ def body_params(name: str) -> set[str]:
 
 
 def run(con: Any, name: str, **params: Any):
-    """Run analysis ``name`` with bound ``params``; returns a pandas DataFrame."""
-    used = body_params(name)
-    frame = con.execute(sql(name), {k: v for k, v in params.items() if k in used}).df()
+    """Run analysis ``name`` with bound ``params``; returns a pandas DataFrame.
+
+    When ``persist`` stored this exact SQL part (same SQL, params and data) it is read instead of
+    recomputed; the finisher runs either way.
+    """
+    from gpuwatch.analyses import persisted
+
+    text, used = sql(name), body_params(name)
+    bound = {k: v for k, v in params.items() if k in used}
+    frame = persisted.load(con, name, text, bound)
+    if frame is None:
+        frame = con.execute(text, bound).df()
     try:
         module = importlib.import_module(f"{__package__}.{name}")
     except ModuleNotFoundError:
         return frame
     return module.finish(con, frame, params)
+
+
+# What ``persist`` stores by default: the scans the app's pages and the weekly report start from,
+# with the extra params they pass (the app's hourly and the report's daily fleet buckets).
+PERSISTED: dict[str, tuple[dict[str, Any], ...]] = {
+    "data_coverage": ({},), "chargeback": ({},), "idle_hoarding": ({},), "false_utilization": ({},),
+    "utilization": ({},), "rightsizing": ({},), "mig_fragmentation": ({},), "mig_layout": ({},),
+    "fleet_timeseries": ({"bucket_seconds": 3600}, {"bucket_seconds": 86400}),
+}
+
+
+def persist(con: Any, params: dict[str, Any], *, runs: dict[str, tuple[dict[str, Any], ...]] | None = None) -> int:
+    """Store the SQL part of ``runs`` (default ``PERSISTED``) over ``params`` in the DB for ``run`` to reuse.
+
+    Needs a writable connection; returns how many results were stored. The analyze step calls it
+    after loading data, for its window: a later load (store.load, logged in ingest_log) makes the
+    stored results stale and ``run`` recomputes. Results of older data are dropped here.
+    """
+    from gpuwatch.analyses import persisted
+
+    persisted.prune(con)
+    stored = 0
+    for name, variants in (PERSISTED if runs is None else runs).items():
+        text, used = sql(name), body_params(name)
+        for extra in variants:
+            merged = {**params, **extra}
+            persisted.save(con, name, text, {k: v for k, v in merged.items() if k in used})
+            stored += 1
+    return stored
 
 
 def markdown_table() -> str:

