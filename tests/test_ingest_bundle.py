@@ -142,3 +142,25 @@ def test_ingest_command_reports_bad_bundle(tmp_path, capsys):
     bad = _bundle(tmp_path / "bad", samples=_samples().drop(columns="node"))
     assert main(["ingest", "--from", str(bad), "--db", str(tmp_path / "g.duckdb")]) == 1
     assert "missing required column(s) 'node'" in capsys.readouterr().out
+
+
+def test_parquet_bad_value_names_file_column_and_row(tmp_path):
+    frame = pd.read_parquet(SAMPLE_DATA / "samples.parquet").head(10)
+    frame.loc[6, "node"] = None
+    frame.to_parquet(tmp_path / "samples.parquet")
+    con = store.connect(None)
+    with pytest.raises(store.BundleError, match=r"samples.parquet: column 'node', row 7: required value is empty"):
+        store.load_bundle(con, tmp_path)
+    assert con.execute("SELECT count(*) FROM samples").fetchone()[0] == 0
+
+
+def test_linked_parquet_stages_the_same_as_a_copy(tmp_path):
+    tables = []
+    for link in (False, True):
+        con = store.connect(None)
+        counts = (store.link_bundle if link else store.load_bundle)(con, SAMPLE_DATA)
+        assert counts["samples"] == 796_320
+        tables.append(con.execute("SELECT * FROM stg_samples ORDER BY pod, device_key, ts").df())
+    pd.testing.assert_frame_equal(tables[0], tables[1])
+    with pytest.raises(store.BundleError, match="linked"):  # a linked store is not copied into
+        store.load_bundle(con, SAMPLE_DATA)

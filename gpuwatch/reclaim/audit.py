@@ -42,7 +42,9 @@ def row(action: Action, *, now: datetime, run_id: str, dry_run: bool, result: st
 
 def ensure_table(con: Any) -> None:
     """Create reclaim_audit when missing (exactly the contract's columns)."""
-    con.execute(sql("audit_create"))
+    from gpuwatch import store
+
+    store.ensure_reclaim_audit(con)
 
 
 def write(con: Any, rows: list[dict]) -> int:

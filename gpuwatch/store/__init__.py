@@ -10,15 +10,17 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterable
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from gpuwatch.model import BUNDLE_COLUMNS
+from gpuwatch.store.columns import ROW
 from gpuwatch.store.validate import BundleError, validate
 
-__all__ = ["BundleError", "connect", "data_range", "has_table", "load", "load_bundle", "refresh"]
+__all__ = ["BundleError", "connect", "data_range", "has_table", "link_bundle", "load", "load_bundle", "refresh"]
 
 # Upsert keys; NULL MIG ids compare equal (IS NOT DISTINCT FROM).
 _KEYS = {"devices": ("node", "gpu_uuid", "mig_gi_id"), "pods": ("namespace", "pod", "pod_uid"),
@@ -42,14 +44,44 @@ def connect(path: str | None, *, read_only: bool = False, memory_limit: str | No
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET enable_progress_bar = false")  # long queries must not draw on the caller's terminal
     if not read_only:
-        for script in ("schema.sql", "staging.sql"):
+        for script in ("schema.sql", "reclaim_audit.sql", "staging.sql"):
             con.execute(_script(script))
     return con
 
 
-def refresh(con: Any) -> None:
+# Rows staged per query: the series window sorts its rows in memory, ~300 bytes each.
+REFRESH_CHUNK_ROWS = 3_000_000
+
+
+def refresh(con: Any, *, chunk_rows: int | None = None) -> None:
     """Rebuild the materialised staging table stg_samples (load() does this in its transaction)."""
     con.execute(_script("refresh.sql"))
+    chunk, dups = _script("refresh_chunk.sql"), _script("refresh_dups.sql")
+    for lo, hi in node_ranges(con.execute(_script("refresh_nodes.sql")).fetchall(),
+                              chunk_rows=chunk_rows or REFRESH_CHUNK_ROWS):
+        bounds = {"node_lo": lo, "node_hi": hi}
+        # merging duplicates is a 20M-group aggregate; skip it where a cheap count shows there are none
+        dedup = con.execute(dups, bounds).fetchall()[0][0]
+        con.execute(chunk, {**bounds, "dedup": dedup})
+
+
+def node_ranges(counts: list[tuple[str, int]], *, chunk_rows: int) -> list[tuple[str, str]]:
+    """Cut (node, rows) pairs, in node order, into inclusive node ranges of about ``chunk_rows``."""
+    ranges, first, previous, pending = [], None, None, 0
+    for node, rows in counts:
+        if first is not None and pending + rows > chunk_rows:
+            ranges.append((first, previous))
+            first, pending = None, 0
+        first = node if first is None else first
+        previous, pending = node, pending + rows
+    if first is not None:
+        ranges.append((first, previous))
+    return ranges
+
+
+def ensure_reclaim_audit(con) -> None:
+    """Create the ``reclaim_audit`` table when missing (the reclaim controller may use any file)."""
+    con.execute(_script("reclaim_audit.sql"))
 
 
 def _script(name: str) -> str:
@@ -74,78 +106,148 @@ def load(con: Any, frames: dict, *, source: str, window: tuple[datetime, datetim
 
 def load_bundle(con: Any, path: str | Path, *, window: tuple[datetime, datetime] | None = None,
                 progress: bool | None = False) -> dict[str, int]:
-    """Load a bundle directory (any subset of its files), streaming samples in batches."""
+    """Load a bundle directory (any subset of its files); DuckDB checks, types and inserts it."""
     from gpuwatch.store import bundle
 
     files = bundle.find_files(path)
-    small = {}
-    for name, file in files.items():
-        if name != "samples":
-            small[name] = _read_whole(name, file)
-    samples = None
-    if "samples" in files:
-        window = window or _ts_range(files["samples"])
-        samples = _sample_batches(files["samples"], progress=progress)
-    return _write(con, small, samples, source=str(path), window=window)
+    counts = {name: 0 for name in BUNDLE_COLUMNS}
+    with _transaction(con):
+        for name, file in files.items():
+            if name != "samples":
+                counts[name] = sum(_from_file(con, name, part, file=file, upsert=True) for part in bundle.parts(file))
+        if "samples" in files:
+            _check_not_linked(con)
+            window = window or _ts_range(con, files["samples"])
+            if window is not None:
+                con.execute("DELETE FROM samples WHERE ts >= $lo AND ts <= $hi", {"lo": window[0], "hi": window[1]})
+            counts["samples"] = sum(_from_file(con, "samples", part, file=files["samples"])
+                                    for part in bundle.parts(files["samples"]))
+        _log(con, source=str(path), window=window, counts=counts)
+        refresh(con)
+    return counts
 
 
-def _read_whole(name: str, file: Path):
-    import pandas as pd
+def link_bundle(con: Any, path: str | Path) -> dict[str, int]:
+    """Like load_bundle, but samples stay in the bundle's Parquet: ``samples`` becomes a view over the
+    files (checked once, here), and only the staged table is materialised (DESIGN §7; large fleets).
+    The files must stay where they are; linking again replaces the link."""
+    from gpuwatch.store import bundle, columns
 
-    from gpuwatch.store import bundle
+    files = bundle.find_files(path)
+    samples = files.get("samples")
+    if samples is None or not (samples.suffix == ".parquet" or samples.is_dir()):
+        raise BundleError(f"{path}: --link needs samples as Parquet (samples.parquet or a samples/ directory)")
+    counts = {name: 0 for name in BUNDLE_COLUMNS}
+    with _transaction(con):
+        for name, file in files.items():
+            if name != "samples":
+                counts[name] = sum(_from_file(con, name, part, file=file, upsert=True) for part in bundle.parts(file))
+        view, types = next(bundle.parts(samples))(con)
+        values, rules = columns.plan("samples", types, file=str(samples))
+        bad = columns.first_bad(con, view, rules)
+        if bad is not None:
+            raise bad
+        con.execute("DROP TABLE IF EXISTS samples")
+        con.execute(f"CREATE OR REPLACE VIEW samples AS SELECT {', '.join(values)} FROM {bundle.parquet_source(samples)}")
+        counts["samples"] = con.execute("SELECT count(*) FROM samples").fetchall()[0][0]
+        _log(con, source=f"{path} (linked)", window=None, counts=counts)
+        refresh(con)
+    return counts
 
-    parts = list(bundle.batches(file))
-    frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=BUNDLE_COLUMNS[name])
-    return validate(name, frame, file=str(file))
+
+def _check_not_linked(con: Any) -> None:
+    if con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'samples'").fetchall()[0][0]:
+        raise BundleError("this store's samples are linked Parquet files (ingest --link); link again instead")
 
 
-def _sample_batches(file: Path, *, progress: bool | None) -> Iterable:
-    from tqdm import tqdm
+class _Invalid(Exception):
+    """A guard fired: the load is rolled back, then ``diagnose`` names the first bad row."""
 
-    from gpuwatch.store import bundle
-
-    offset = 0
-    with tqdm(total=bundle.rows(file), unit="rows", desc="samples", disable=None if progress is None else not progress) as bar:
-        for frame in bundle.batches(file):
-            yield validate("samples", frame, file=str(file), row_offset=offset)
-            offset += len(frame)
-            bar.update(len(frame))
+    def __init__(self, diagnose):
+        super().__init__("invalid bundle row")
+        self.diagnose = diagnose
 
 
-def _ts_range(file: Path) -> tuple[datetime, datetime] | None:
-    """The samples' first and last timestamp (validated), read from the ts column alone."""
-    from gpuwatch.store import bundle
+@contextmanager
+def _transaction(con: Any):
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield
+        con.execute("COMMIT")
+    except _Invalid as exc:
+        con.execute("ROLLBACK")
+        raise exc.diagnose() from None
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+def _from_file(con: Any, name: str, part, *, file: Path, upsert: bool = False) -> int:
+    """Insert one part of a bundle file (typed and checked in the same statement); rows inserted."""
+    import duckdb
+
+    from gpuwatch.store import columns
+
+    view, types = part(con)
+    values, rules = columns.plan(name, types, file=str(file))
+    select = f"SELECT {', '.join(values)}, {columns.ROW} FROM {view} WHERE {columns.guard(rules)}"
+    try:
+        if not upsert:
+            return con.execute(f"INSERT INTO {name} SELECT * EXCLUDE ({columns.ROW}) FROM ({select})").fetchall()[0][0]
+        con.execute(f"CREATE OR REPLACE TEMP TABLE incoming AS {select}")
+    except duckdb.Error as exc:
+        if not columns.is_invalid_row(exc):
+            raise
+
+        def diagnose(original=exc):
+            again, _ = part(con)
+            return columns.first_bad(con, again, rules) or original
+        raise _Invalid(diagnose) from exc
+    try:
+        return _upsert_incoming(con, name)
+    finally:
+        con.execute("DROP TABLE incoming")
+
+
+def _upsert_incoming(con: Any, name: str) -> int:
+    # the last row of a key wins, as in a file read top to bottom
+    keys = ", ".join(_KEYS[name])
+    con.execute(f"CREATE OR REPLACE TEMP TABLE incoming AS SELECT * EXCLUDE ({ROW}) FROM incoming "
+                f"QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY {ROW} DESC) = 1")
+    match = " AND ".join(f"t.{k} IS NOT DISTINCT FROM i.{k}" for k in _KEYS[name])
+    con.execute(f"DELETE FROM {name} t USING incoming i WHERE {match}")
+    return con.execute(f"INSERT INTO {name} SELECT * FROM incoming").fetchall()[0][0]
+
+
+def _ts_range(con: Any, file: Path) -> tuple[datetime, datetime] | None:
+    """The samples' first and last timestamp, read from the ts column alone (bad values: later)."""
+    from gpuwatch.store import bundle, columns
 
     lo = hi = None
-    offset = 0
-    for frame in bundle.batches(file, columns=["ts"]):
-        if "ts" not in frame.columns:
-            raise BundleError(f"{file}: missing required column(s) 'ts'")
-        ts = validate("samples", frame.assign(node="-", gpu_uuid="-"), file=str(file), row_offset=offset)["ts"]
-        offset += len(frame)
-        if len(ts):
-            lo = ts.min() if lo is None else min(lo, ts.min())
-            hi = ts.max() if hi is None else max(hi, ts.max())
+    for part in bundle.parts(file, columns=["ts"]):
+        view, types = part(con)
+        if "ts" not in types:
+            return None
+        ts = columns.plan_ts(types["ts"])
+        first, last = con.execute(f"SELECT min({ts}), max({ts}) FROM {view}").fetchall()[0]
+        if first is not None:
+            lo, hi = (first, last) if lo is None else (min(lo, first), max(hi, last))
     return None if lo is None else (lo, hi)
 
 
 def _write(con: Any, small: dict, samples: Iterable | None, *, source: str, window) -> dict[str, int]:
     counts = {name: 0 for name in BUNDLE_COLUMNS}
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with _transaction(con):
         for name, frame in small.items():
             counts[name] = _upsert(con, name, frame)
         if samples is not None:
+            _check_not_linked(con)
             if window is not None:
                 con.execute("DELETE FROM samples WHERE ts >= $lo AND ts <= $hi", {"lo": window[0], "hi": window[1]})
             for frame in samples:
                 counts["samples"] += _insert(con, "samples", frame)
         _log(con, source=source, window=window, counts=counts)
         refresh(con)
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
     return counts
 
 

@@ -1,19 +1,23 @@
-"""Reading a bundle directory (DESIGN §3): Parquet or CSV files, streamed in batches.
+"""Reading a bundle directory (DESIGN §3): Parquet or CSV files, as DuckDB relations.
 
 A bundle holds any subset of ``devices``, ``samples``, ``pods``, ``prices``, each as
 ``<name>.parquet``, ``<name>.csv`` (optionally ``.gz``) or a ``<name>/`` directory of Parquet
-files (hive partitions allowed). Reading is separate from validation (store.validate, pure).
+files (hive partitions allowed). Parquet is read by DuckDB itself (one relation, every file);
+CSV is streamed in batches by pyarrow as text (never all in memory). Every relation carries
+columns.FILE and columns.ROW (1-based data row in that file) so a bad value can be named.
+Checking and typing is store.columns' job.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from gpuwatch.model import BUNDLE_COLUMNS
+from gpuwatch.store.columns import FILE, ROW
 from gpuwatch.store.validate import BundleError
 
-BATCH_ROWS = 250_000  # bounds the pandas side of validation; DuckDB inserts are as fast
+BATCH_ROWS = 1_000_000  # CSV rows per batch: bounds memory; DuckDB checks and inserts each batch
 _SUFFIXES = (".parquet", ".csv", ".csv.gz")
 
 
@@ -36,38 +40,86 @@ def find_files(path: str | Path) -> dict[str, Path]:
     return found
 
 
-def rows(path: Path) -> int | None:
-    """Row count when cheap to know (Parquet metadata), else None."""
+# pandas' default NA strings, so CSV bundles read as they always have
+_NA = ["", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A",
+       "NA", "NULL", "NaN", "None", "n/a", "nan", "null"]
+
+# A part of a file: opens itself on a connection as a view, returns (view name, column -> DuckDB type).
+Part = Callable[..., tuple[str, dict[str, str]]]
+
+
+def parts(path: Path, *, columns: list[str] | None = None) -> Iterator[Part]:
+    """The file as views: one for Parquet (all files of a directory), one per batch for CSV."""
     if path.suffix == ".parquet" or path.is_dir():
-        return _dataset(path).count_rows()
-    return None
-
-
-def batches(path: Path, *, columns: list[str] | None = None, batch_rows: int | None = None) -> Iterator:
-    """pandas frames of at most ``batch_rows`` rows; CSV values arrive as text (validated later)."""
-    import pandas as pd
-
-    batch_rows = batch_rows or BATCH_ROWS
-    if path.suffix == ".parquet" or path.is_dir():
-        dataset = _dataset(path)
-        wanted = columns if columns is None else [c for c in columns if c in dataset.schema.names]
-        for batch in dataset.to_batches(columns=wanted, batch_size=batch_rows):
-            yield batch.to_pandas()
+        yield lambda con: _parquet_view(con, path)
         return
+    for batch in _csv_batches(path, columns=columns):
+        yield lambda con, batch=batch: _arrow_view(con, batch)
+
+
+def _parquet_files(path: Path) -> list[str]:
+    files = [str(path.resolve())] if path.is_file() else sorted(str(p.resolve()) for p in path.rglob("*.parquet"))
+    if not files:
+        raise BundleError(f"{path}: no Parquet files")
+    return files
+
+
+def parquet_source(path: Path) -> str:
+    """A read_parquet() call over the file(s), for a persistent view (store.link_bundle). The paths are
+    the only values written into SQL: a view cannot hold bound parameters; quotes are doubled."""
+    listed = ", ".join("'" + f.replace("'", "''") + "'" for f in _parquet_files(path))
+    return f"read_parquet([{listed}], hive_partitioning = {str(path.is_dir()).lower()}, union_by_name = true)"
+
+
+def _parquet_view(con, path: Path) -> tuple[str, dict[str, str]]:
+    files = _parquet_files(path)
     try:
-        yield from pd.read_csv(path, dtype=str, chunksize=batch_rows, usecols=_usecols(columns))
-    except pd.errors.ParserError as exc:
+        con.read_parquet(files, file_row_number=True, filename=True, hive_partitioning=path.is_dir(),
+                         union_by_name=True).create_view("bundle_file", replace=True)
+    except Exception as exc:  # duckdb raises several types for unreadable files
+        raise BundleError(f"{path}: not a readable Parquet file or directory ({exc})") from exc
+    con.execute(f"CREATE OR REPLACE TEMP VIEW bundle_part AS SELECT * EXCLUDE (file_row_number, filename), "
+                f"filename AS {FILE}, file_row_number + 1 AS {ROW} FROM bundle_file")
+    return "bundle_part", _types(con, "bundle_part")
+
+
+def _arrow_view(con, batch) -> tuple[str, dict[str, str]]:
+    con.execute("DROP VIEW IF EXISTS bundle_part")  # a Parquet part's view, or the previous batch
+    con.register("bundle_part", batch)
+    return "bundle_part", _types(con, "bundle_part")
+
+
+def _types(con, view: str) -> dict[str, str]:
+    return {row[0]: row[1] for row in con.execute(f"DESCRIBE {view}").fetchall()}
+
+
+def _csv_batches(path: Path, *, columns: list[str] | None) -> Iterator:
+    """pyarrow tables of text columns plus FILE and ROW, ``BATCH_ROWS`` rows at a time."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    try:
+        names = pacsv.open_csv(pa.input_stream(str(path), compression="detect")).schema.names
+        wanted = names if columns is None else [c for c in names if c in columns]
+        reader = pacsv.open_csv(pa.input_stream(str(path), compression="detect"),
+                                read_options=pacsv.ReadOptions(block_size=32 << 20),
+                                convert_options=pacsv.ConvertOptions(
+                                    column_types={n: pa.string() for n in names}, include_columns=wanted,
+                                    strings_can_be_null=True, null_values=_NA))
+        offset = 0
+        for batch in reader:
+            for start in range(0, batch.num_rows, BATCH_ROWS):
+                piece = pa.Table.from_batches([batch.slice(start, BATCH_ROWS)])
+                yield _numbered(piece, path, offset, np, pa)
+                offset += piece.num_rows
+        if offset == 0:
+            yield _numbered(reader.schema.empty_table(), path, 0, np, pa)
+    except pa.ArrowInvalid as exc:
         raise BundleError(f"{path}: not a readable CSV ({exc})") from exc
 
 
-def _usecols(columns: list[str] | None):
-    return None if columns is None else (lambda c: c in columns)
-
-
-def _dataset(path: Path):
-    import pyarrow.dataset as ds
-
-    try:
-        return ds.dataset(str(path), format="parquet", partitioning="hive")
-    except Exception as exc:  # pyarrow raises several types for unreadable files
-        raise BundleError(f"{path}: not a readable Parquet file or directory ({exc})") from exc
+def _numbered(table, path: Path, offset: int, np, pa):
+    n = table.num_rows
+    files = pa.DictionaryArray.from_arrays(np.zeros(n, dtype=np.int32), pa.array([str(path)]))
+    return table.append_column(FILE, files).append_column(ROW, pa.array(np.arange(offset + 1, offset + n + 1)))

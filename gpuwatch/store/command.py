@@ -22,12 +22,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--end", help="Prometheus: window end, ISO-8601 UTC (default: now)")
     parser.add_argument("--step", default="60s", help="Prometheus: query_range step (default: %(default)s)")
     parser.add_argument("--at", help=".prom file: the scrape's timestamp, ISO-8601 UTC (default: the file's own)")
+    parser.add_argument("--link", action="store_true",
+                        help="bundle DIR with Parquet samples: query the Parquet files where they are instead of "
+                             "copying them (large fleets; the files must stay there)")
 
 
 def run(args: argparse.Namespace) -> int:
     con = store.connect(args.db)
     try:
-        counts = ingest(con, args.source, start=args.start, end=args.end, step=args.step, at=args.at)
+        if args.link:
+            counts = store.link_bundle(con, args.source)
+        else:
+            counts = ingest(con, args.source, start=args.start, end=args.end, step=args.step, at=args.at)
     except store.BundleError as exc:
         print(f"gpuwatch ingest: {exc}")
         return 1

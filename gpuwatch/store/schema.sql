@@ -56,27 +56,6 @@ CREATE TABLE IF NOT EXISTS prices (
     usd_per_gpu_hour DOUBLE NOT NULL
 );
 
--- Written by the reclaim controller, read by the app/report (contracts.md).
-CREATE TABLE IF NOT EXISTS reclaim_audit (
-    ts TIMESTAMP,
-    run_id VARCHAR,
-    decision VARCHAR,
-    action VARCHAR,
-    dry_run BOOLEAN,
-    namespace VARCHAR,
-    pod VARCHAR,
-    owner_kind VARCHAR,
-    owner_name VARCHAR,
-    team VARCHAR,
-    reason VARCHAR,
-    idle_since TIMESTAMP,
-    gpu_count DOUBLE,
-    usd_per_hour DOUBLE,
-    recommendation_id VARCHAR,
-    result VARCHAR,
-    detail VARCHAR
-);
-
 -- One row per load: where it came from, the samples window it replaced, rows per table.
 CREATE TABLE IF NOT EXISTS ingest_log (
     loaded_at TIMESTAMP,

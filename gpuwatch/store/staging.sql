@@ -72,8 +72,12 @@ SELECT * FROM final;
 -- Samples: clean values, one row per (ts, device, pod), units as ratios 0-1, share and price attached,
 -- and each row's place in its series (DESIGN §5). This is the logic; store.refresh() materialises it
 -- as the table stg_samples after every load, because every analysis scans it (20M+ rows).
-CREATE OR REPLACE VIEW stg_samples_live AS
-WITH cleaned AS (
+-- Every rule here is per node (dedup keys, series and the percent judgement all include the node), so
+-- the macro takes a node range [node_lo, node_hi] (NULL = open): refresh() runs it a few nodes at a time,
+-- keeping each window sort in memory, and the result is the same as one pass over every node.
+-- dedup := FALSE skips the duplicate merge; only for a range refresh() has checked has no duplicates.
+CREATE OR REPLACE MACRO stg_samples_for(node_lo, node_hi, dedup := TRUE) AS TABLE
+WITH cleaned AS NOT MATERIALIZED (
     -- NaN, ±inf and negative readings are missing, never 0; negative rates are counter resets
     SELECT ts, node, gpu_uuid, mig_gi_id,
            nullif(trim(namespace), '') AS namespace, nullif(trim(pod), '') AS pod,
@@ -91,6 +95,7 @@ WITH cleaned AS (
            CASE WHEN isfinite(nvlink_rx_bytes_per_second) AND nvlink_rx_bytes_per_second >= 0
                 THEN nvlink_rx_bytes_per_second END AS nvlink_rx_bytes_per_second
     FROM samples
+    WHERE (node_lo IS NULL OR node >= node_lo) AND (node_hi IS NULL OR node <= node_hi)
 ),
 deduped AS (
     -- the same (ts, device, pod) loaded twice is one sample; max() keeps a known value over NULL
@@ -101,14 +106,19 @@ deduped AS (
            max(nvlink_tx_bytes_per_second) AS nvlink_tx_bytes_per_second,
            max(nvlink_rx_bytes_per_second) AS nvlink_rx_bytes_per_second
     FROM cleaned
+    WHERE dedup
     GROUP BY ts, node, gpu_uuid, mig_gi_id, namespace, pod
+    UNION ALL
+    SELECT * FROM cleaned WHERE NOT dedup
 ),
 percent_nodes AS (
     -- dcgm-exporter's GPU_UTIL is 0-100: a node (one exporter) whose gpu_util ever exceeds 1, or whose
     -- values are all whole numbers including a 1, reports percent. Judged per node, not per device,
     -- because a mostly idle device in percent (0, 0.3, 0.7 ...) looks exactly like a busy one in ratios.
+    -- (reads samples, not cleaned, so that cleaned streams instead of being materialised twice)
     SELECT node
-    FROM cleaned
+    FROM (SELECT node, CASE WHEN isfinite(gpu_util) AND gpu_util >= 0 THEN gpu_util END AS gpu_util FROM samples
+          WHERE (node_lo IS NULL OR node >= node_lo) AND (node_hi IS NULL OR node <= node_hi))
     GROUP BY node
     HAVING max(gpu_util) > 1
         OR (bool_and(gpu_util = round(gpu_util)) AND max(gpu_util) = 1)
@@ -175,6 +185,9 @@ final AS (
       ON s.in_series AND t.namespace = s.namespace AND t.pod = s.pod AND t.node = s.node AND t.device_key = s.device_key
 )
 SELECT * FROM final;
+
+-- The same logic over every node, as a view (ad-hoc queries; stores whose samples are linked Parquet).
+CREATE OR REPLACE VIEW stg_samples_live AS SELECT * FROM stg_samples_for(NULL, NULL);
 
 -- The materialised table (empty until the first load; refresh.sql rebuilds it).
 CREATE TABLE IF NOT EXISTS stg_samples AS SELECT * FROM stg_samples_live LIMIT 0;

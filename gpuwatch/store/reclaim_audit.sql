@@ -1,5 +1,6 @@
--- reclaim_audit: every decision the reclaim controller makes (contracts.md fixes the columns).
--- store/schema.sql creates the same table; this file lets the controller run on any DuckDB file.
+-- reclaim_audit: every decision the reclaim controller makes; the app and report read it.
+-- The one definition (contracts.md fixes the columns): connect() runs it, and so does
+-- store.ensure_reclaim_audit() for the controller on any DuckDB file.
 CREATE TABLE IF NOT EXISTS reclaim_audit (
     ts TIMESTAMP,
     run_id VARCHAR,

@@ -1,0 +1,166 @@
+"""Bundle files typed and checked by DuckDB, vectorised: one SQL expression per column and rule.
+
+The rules are validate.py's (same messages; that module stays the checker for in-memory frames).
+Given a relation's column types, ``plan`` returns the typed SELECT list and the rules; ``guard``
+turns the rules into one WHERE clause that raises on the first bad row, so the happy path is a
+single INSERT ... SELECT; only when it raises does ``first_bad`` find the exact file, column and
+(1-based data) row. Identifiers come from the fixed bundle schema, never from data, so building
+these expressions is safe; values are never formatted into SQL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuwatch.model import BUNDLE_COLUMNS
+from gpuwatch.store.validate import (
+    FLOATS,
+    INTEGERS,
+    NON_NEGATIVE,
+    REQUIRED,
+    TIMESTAMPS,
+    BundleError,
+)
+
+ROW, FILE = "__row", "__file"  # technical columns every checked relation carries
+_NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
+            "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE")
+_TARGET = {"devices": {"fb_total_bytes": "BIGINT"}}
+_INVALID = "gpuwatch: invalid bundle row"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A bad-value predicate on one column, the raw value to quote, and the message."""
+
+    column: str
+    bad: str
+    raw: str
+    message: str  # formatted with {raw!r}
+
+
+def plan(name: str, types: dict[str, str], *, file: str) -> tuple[list[str], list[Rule]]:
+    """Typed select expressions (aliased as the bundle columns) and the rules for one relation."""
+    columns = [c for c in types if c not in (ROW, FILE)]
+    unknown = [c for c in columns if c not in BUNDLE_COLUMNS[name]]
+    if unknown:
+        raise BundleError(f"{file}: unknown column(s) {', '.join(map(repr, unknown))}; {name} has "
+                          f"{', '.join(BUNDLE_COLUMNS[name])} (base units: bytes, ratios 0-1, watts, seconds, USD)")
+    missing = [c for c in REQUIRED[name] if c not in columns]
+    if missing:
+        raise BundleError(f"{file}: missing required column(s) {', '.join(map(repr, missing))}")
+    values, rules = {}, []
+    for column in BUNDLE_COLUMNS[name]:
+        values[column], more = _column(name, column, types.get(column), file=file)
+        rules += more
+    rules += [Rule(c, f"({values[c]}) IS NULL", "NULL", "required value is empty") for c in REQUIRED[name]]
+    if name == "pods" and "start_ts" in types and "end_ts" in types:
+        rules.append(Rule("end_ts", f"({values['end_ts']}) < ({values['start_ts']})", "NULL", "ends before start_ts"))
+    return [f"{v} AS {_quote(c)}" for c, v in values.items()], rules
+
+
+def plan_ts(source: str) -> str:
+    """The typed expression for a samples ``ts`` column of DuckDB type ``source`` (for its range)."""
+    return _timestamp("ts", _quote("ts"), source)[0]
+
+
+def guard(rules: list[Rule]) -> str:
+    """One WHERE clause: TRUE, or an error at the first row any rule calls bad."""
+    if not rules:
+        return "TRUE"
+    return f"CASE WHEN {' OR '.join(f'coalesce({r.bad}, FALSE)' for r in rules)} THEN error('{_INVALID}') ELSE TRUE END"
+
+
+def first_bad(con, relation: str, rules: list[Rule], *, params: dict | None = None) -> BundleError | None:
+    """The error for the earliest bad row (ties: rule order) in ``relation``, or None when all pass."""
+    if not rules:
+        return None
+    key = f"{{'f': {FILE}, 'r': {ROW}}}"
+    parts = [f"min({key}) FILTER (WHERE {r.bad}), arg_min(CAST({r.raw} AS VARCHAR), {key}) FILTER (WHERE {r.bad})"
+             for r in rules]
+    found = con.execute(f"SELECT {', '.join(parts)} FROM {relation}", params or {}).fetchall()[0]
+    hits = [(found[2 * i], i, found[2 * i + 1]) for i in range(len(rules)) if found[2 * i] is not None]
+    if not hits:
+        return None
+    where, i, raw = min(hits, key=lambda h: ((h[0]["f"], h[0]["r"]), h[1]))
+    rule = rules[i]
+    return BundleError(f"{where['f']}: column {rule.column!r}, row {where['r']}: {rule.message.format(raw=_literal(raw))}")
+
+
+def is_invalid_row(exc: BaseException) -> bool:
+    """True for the error ``guard`` raises (and NOT NULL violations, which mean the same)."""
+    text = str(exc)
+    return _INVALID in text or "NOT NULL constraint" in text
+
+
+def _column(name: str, column: str, source: str | None, *, file: str) -> tuple[str, list[Rule]]:
+    x = _quote(column)
+    if column in TIMESTAMPS.get(name, ()):
+        return ("CAST(NULL AS TIMESTAMP)", []) if source is None else _timestamp(column, x, source)
+    numeric = column in INTEGERS.get(name, ()) or column in FLOATS.get(name, ())
+    if not numeric:
+        return ("CAST(NULL AS VARCHAR)" if source is None else x if source == "VARCHAR" else f"CAST({x} AS VARCHAR)"), []
+    integer = column in INTEGERS.get(name, ())
+    target = _TARGET.get(name, {}).get(column, "INTEGER" if integer else "DOUBLE")
+    if source is None:
+        return f"CAST(NULL AS {target})", []
+    if source == "BOOLEAN":
+        raise BundleError(f"{file}: column {column!r} holds booleans, expected numbers")
+    rules = []
+    if source in _NUMERIC:
+        n = f"CAST({x} AS DOUBLE)"
+    else:
+        text = f"nullif(trim(CAST({x} AS VARCHAR)), '')"
+        n = f"TRY_CAST({text} AS DOUBLE)"
+        rules.append(Rule(column, f"{text} IS NOT NULL AND {n} IS NULL", x, "{raw} is not a number"))
+    if column in NON_NEGATIVE.get(name, ()):
+        rules.append(Rule(column, f"{n} < 0", n,
+                          "negative value {raw} (a count, size or price cannot be negative)"))
+    if not integer:
+        return n, rules
+    rules.append(Rule(column, f"NOT isnan({n}) AND (isinf({n}) OR {n} <> round({n}))", n, "{raw} is not a whole number"))
+    if source in _NUMERIC[:10]:  # integer columns need no rounding
+        return f"CAST({x} AS {target})", rules
+    return f"CASE WHEN NOT isnan({n}) THEN CAST(round({n}) AS {target}) END", rules
+
+
+def _timestamp(column: str, x: str, source: str) -> tuple[str, list[Rule]]:
+    """UTC TIMESTAMP from timestamps (naive = UTC), epoch seconds, or ISO-8601 text."""
+    if source.startswith("TIMESTAMP WITH TIME ZONE") or source.startswith("TIMESTAMPTZ"):
+        return f"CAST(CAST({x} AS TIMESTAMPTZ) AS TIMESTAMP)", []
+    if source.startswith("TIMESTAMP") or source == "DATE":
+        return f"CAST({x} AS TIMESTAMP)", []
+    epoch_message = "bad timestamp {raw} (epoch seconds expected; milliseconds?)"
+    if source in _NUMERIC:
+        n = f"CAST({x} AS DOUBLE)"
+        rules = [Rule(column, f"NOT isnan({n}) AND NOT ({n} BETWEEN 1e8 AND 4.2e9)", x, epoch_message)]
+        return f"CASE WHEN {n} BETWEEN 1e8 AND 4.2e9 THEN CAST(to_timestamp({n}) AS TIMESTAMP) END", rules
+    text = f"nullif(trim(CAST({x} AS VARCHAR)), '')"
+    n, iso = f"TRY_CAST({text} AS DOUBLE)", f"TRY_CAST({text} AS TIMESTAMPTZ)"
+    rules = [Rule(column, f"NOT isnan({n}) AND NOT ({n} BETWEEN 1e8 AND 4.2e9)", x, epoch_message),
+             Rule(column, f"{text} IS NOT NULL AND {n} IS NULL AND NOT coalesce(isfinite({iso}), FALSE)", x,
+                  "bad timestamp {raw} (ISO-8601 or epoch seconds)")]
+    value = (f"CASE WHEN {n} IS NULL THEN CAST({iso} AS TIMESTAMP) "
+             f"WHEN {n} BETWEEN 1e8 AND 4.2e9 THEN CAST(to_timestamp({n}) AS TIMESTAMP) END")
+    return value, rules
+
+
+def _quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def _literal(raw: str | None) -> str:
+    """A raw value as validate.py quoted it: numbers bare, text in quotes."""
+    try:
+        return repr(float(raw)) if raw is not None and raw.strip().lower() not in ("nan", "inf", "-inf") and \
+            _is_number(raw) else repr(raw)
+    except ValueError:
+        return repr(raw)
+
+
+def _is_number(raw: str) -> bool:
+    try:
+        float(raw)
+    except ValueError:
+        return False
+    return True
