@@ -20,6 +20,7 @@ from gpuwatch.store.validate import (
     REQUIRED,
     TIMESTAMPS,
     BundleError,
+    check_column_names,
 )
 
 ROW, FILE = "__row", "__file"  # technical columns every checked relation carries
@@ -42,13 +43,7 @@ class Rule:
 def plan(name: str, types: dict[str, str], *, file: str) -> tuple[list[str], list[Rule]]:
     """Typed select expressions (aliased as the bundle columns) and the rules for one relation."""
     columns = [c for c in types if c not in (ROW, FILE)]
-    unknown = [c for c in columns if c not in BUNDLE_COLUMNS[name]]
-    if unknown:
-        raise BundleError(f"{file}: unknown column(s) {', '.join(map(repr, unknown))}; {name} has "
-                          f"{', '.join(BUNDLE_COLUMNS[name])} (base units: bytes, ratios 0-1, watts, seconds, USD)")
-    missing = [c for c in REQUIRED[name] if c not in columns]
-    if missing:
-        raise BundleError(f"{file}: missing required column(s) {', '.join(map(repr, missing))}")
+    check_column_names(name, columns, file=file)
     values, rules = {}, []
     for column in BUNDLE_COLUMNS[name]:
         values[column], more = _column(name, column, types.get(column), file=file)

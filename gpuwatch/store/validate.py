@@ -43,7 +43,7 @@ def validate(name: str, frame: pd.DataFrame, *, file: str, row_offset: int = 0) 
     """Typed copy of ``frame`` with exactly ``BUNDLE_COLUMNS[name]``, or ``BundleError``."""
     if name not in BUNDLE_COLUMNS:
         raise BundleError(f"{file}: unknown bundle file {name!r}; expected one of {', '.join(BUNDLE_COLUMNS)}")
-    _check_columns(name, frame, file=file)
+    check_column_names(name, [str(c) for c in frame.columns], file=file)
     out = pd.DataFrame(index=frame.index)
     for column in BUNDLE_COLUMNS[name]:
         raw = frame[column] if column in frame.columns else pd.Series(None, index=frame.index, dtype=object)
@@ -68,8 +68,8 @@ class _Where:
         return f"{self.file}: column {self.column!r}, row {self.row_offset + position + 1}"
 
 
-def _check_columns(name: str, frame: pd.DataFrame, *, file: str) -> None:
-    columns = [str(c) for c in frame.columns]
+def check_column_names(name: str, columns: list[str], *, file: str) -> None:
+    """Unknown or missing required columns: an error naming the file (frames and files alike)."""
     unknown = [c for c in columns if c not in BUNDLE_COLUMNS[name]]
     if unknown:
         raise BundleError(f"{file}: unknown column(s) {', '.join(map(repr, unknown))}; {name} has "
