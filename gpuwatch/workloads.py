@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpuwatch import mig
 from gpuwatch.model import Device, Pod
 
 MIB = 1 << 20
@@ -23,9 +24,11 @@ GPU_SPECS: dict[str, dict] = {
     "NVIDIA A100-SXM4-80GB": {"fb": 81920 * MIB, "sms": 108, "idle_w": 55.0, "tdp_w": 400.0, "mig": "10gb"},
 }
 PRICES_USD_PER_GPU_HOUR = {"NVIDIA H100 80GB HBM3": 4.10, "NVIDIA A100-SXM4-80GB": 2.20}
-# MIG profile id -> (name, compute slices, memory slices); the 80 GB table of DESIGN §6.
-MIG_PROFILES = {19: ("1g.10gb", 1, 1), 15: ("1g.20gb", 1, 2), 14: ("2g.20gb", 2, 2),
-                9: ("3g.40gb", 3, 4), 5: ("4g.40gb", 4, 4), 0: ("7g.80gb", 7, 8)}
+# MIG profile id -> (name on the simulated 80 GB GPUs, compute slices, memory slices); the slice
+# counts come from the one placement table (gpuwatch.mig, DESIGN §6), only the names live here.
+_MIG_NAMES_80GB = {19: "1g.10gb", 15: "1g.20gb", 14: "2g.20gb", 9: "3g.40gb", 5: "4g.40gb", 0: "7g.80gb"}
+MIG_PROFILES = {pid: (name, mig.PROFILES[pid].compute_slices, mig.PROFILES[pid].size)
+                for pid, name in _MIG_NAMES_80GB.items()}
 # Layouts as (profile id, placement start); some deliberately strand memory slices.
 MIG_LAYOUTS = (
     ((19, 0), (19, 1), (14, 2), (9, 4)),          # all-balanced: uses every slice
