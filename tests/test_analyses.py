@@ -97,3 +97,21 @@ def test_analyze_command_writes_every_file(tmp_path, capsys):
             "recommendations.csv"} <= names
     text = capsys.readouterr().out
     assert "fleet cost $" in text and "hoarders:" in text
+
+
+def test_false_share_is_zero_when_judged_and_unknown_when_not():
+    from gpuwatch import store
+    from gpuwatch.analyses.params import params
+
+    t0 = pd.Timestamp("2026-11-09T00:00:00")
+    rows = [{"ts": t0 + pd.Timedelta(minutes=i), "node": "n1", "gpu_uuid": gpu, "namespace": "ns", "pod": pod,
+             "gpu_util": 0.9, "sm_active": sm}
+            for i in range(10) for gpu, pod, sm in (("GPU-a", "busy", 0.8), ("GPU-b", "blind", None),
+                                                    ("GPU-c", "false", 0.1))]
+    con = store.connect(None)
+    store.load(con, {"samples": pd.DataFrame(rows)}, source="test")
+    frame = analyses.run(con, "false_utilization", **params(t0, t0 + pd.Timedelta(hours=1))).set_index("pod")
+    assert frame.loc["busy", "false_share"] == 0 and not frame.loc["busy", "offender"]
+    assert pd.isna(frame.loc["blind", "false_share"]) and not frame.loc["blind", "effective_known"]
+    assert frame.loc["false", "false_share"] == 1 and frame.loc["false", "offender"]
+    assert frame.loc["false", "false_util_gpu_hours"] == pytest.approx(10 / 60)

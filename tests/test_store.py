@@ -162,3 +162,34 @@ def test_read_only_connection_sees_the_data(tmp_path):
     ro = store.connect(str(path), read_only=True)
     assert ro.execute("SELECT count(*) FROM stg_samples").fetchone()[0] == 1
     assert math.isclose(ro.execute("SELECT reported FROM stg_samples").fetchone()[0], 0.1)
+
+
+def test_streams_are_dense_ids_and_names_that_trim_alike_share_one(con):
+    rows = [{"ts": T0, "namespace": "ns", "gpu_util": 0.1}, {"ts": T0 + pd.Timedelta(minutes=1), "namespace": " ns ", "gpu_util": 0.2},
+            {"ts": T0, "gpu_uuid": "GPU-b", "pod": "q", "gpu_util": 0.3}, {"ts": T0, "gpu_uuid": "GPU-c", "pod": None}]
+    store.load(con, {"samples": _samples(rows)}, source="test")
+    streams = con.execute("SELECT stream_id, gpu_uuid, namespace, pod FROM stg_streams ORDER BY stream_id").fetchall()
+    assert streams == [(0, "GPU-a", "ns", "p"), (1, "GPU-b", "ns", "q"), (2, "GPU-c", "ns", None)]
+    aliases = con.execute("SELECT raw_namespace, stream_id FROM stg_stream_aliases WHERE gpu_uuid = 'GPU-a' "
+                          "ORDER BY raw_namespace").fetchall()
+    assert aliases == [(" ns ", 0), ("ns", 0)]
+    # the two spellings are one series: the second sample follows the first
+    stg = _stg(con, "stream_id, ts")
+    assert list(stg["dt_seconds"].fillna(-1))[:2] == [-1, 60] and stg["in_series"].tolist() == [True, True, True, False]
+
+
+def test_a_store_from_0_1_0_is_restaged_when_opened(tmp_path):
+    path = tmp_path / "old.duckdb"
+    con = store.connect(str(path))
+    store.load(con, {"samples": _samples([{"ts": T0, "gpu_util": 0.1}])}, source="t")
+    # 0.1.0 kept stg_samples as a table and had none of the stream tables
+    con.execute("DROP VIEW stg_samples")
+    con.execute("DROP TABLE stg_sample_rows")
+    con.execute("DROP TABLE stg_streams")
+    con.execute("DROP TABLE stg_stream_aliases")
+    con.execute("CREATE TABLE stg_samples AS SELECT 1 AS stale")
+    con.close()
+    again = store.connect(str(path))
+    assert again.execute("SELECT table_type FROM information_schema.tables WHERE table_name = 'stg_samples'"
+                         ).fetchone()[0] == "VIEW"
+    assert again.execute("SELECT pod, reported FROM stg_samples").fetchall() == [("p", 0.1)]

@@ -10,24 +10,31 @@
 -- one `fleet` row and one `mig_free` row per MIG GPU (its uninstantiated capacity); chargeback.py
 -- takes the stranded part of that from mig_fragmentation, leaves the rest unallocated, and rounds
 -- every part to the cent with largest remainders so the parts sum exactly to the fleet cost.
-WITH series AS (
-    SELECT * FROM stg_series($start, $end)
-),
-classified AS (
-    SELECT namespace, pod, team, step_seconds * usd_per_hour / 3600.0 AS usd, step_seconds * gpu_share / 3600.0 AS gpu_hours,
+WITH classified AS (
+    SELECT stream_id,
            reported < $idle_below AND coalesce(effective < $idle_below, TRUE) AS idle,
            effective IS NOT NULL AND reported >= $false_reported_min AND effective < $false_effective_below AS is_false
-    FROM series
+    FROM stg_series_rows($start, $end)
+),
+per_stream AS (
+    -- count by the integer stream id first; a stream's samples share one step, share and price
+    SELECT stream_id, count(*) AS samples,
+           count(*) FILTER (WHERE idle) AS idle_n,
+           count(*) FILTER (WHERE is_false) AS false_n,
+           count(*) FILTER (WHERE NOT idle AND NOT is_false) AS productive_n
+    FROM classified
+    GROUP BY stream_id
 ),
 observed AS (
-    SELECT namespace, pod, any_value(team) AS team,
-           coalesce(sum(usd) FILTER (WHERE idle), 0) AS idle_usd,
-           coalesce(sum(usd) FILTER (WHERE is_false), 0) AS false_util_usd,
-           coalesce(sum(usd) FILTER (WHERE NOT idle AND NOT is_false), 0) AS productive_usd,
-           coalesce(sum(usd), 0) AS observed_usd,
-           sum(gpu_hours) AS observed_gpu_hours
-    FROM classified
-    GROUP BY namespace, pod
+    SELECT k.namespace, k.pod, any_value(k.team) AS team,
+           coalesce(sum(s.idle_n * k.step_seconds * k.usd_per_hour) / 3600.0, 0) AS idle_usd,
+           coalesce(sum(s.false_n * k.step_seconds * k.usd_per_hour) / 3600.0, 0) AS false_util_usd,
+           coalesce(sum(s.productive_n * k.step_seconds * k.usd_per_hour) / 3600.0, 0) AS productive_usd,
+           coalesce(sum(s.samples * k.step_seconds * k.usd_per_hour) / 3600.0, 0) AS observed_usd,
+           sum(s.samples * k.step_seconds * k.gpu_share) / 3600.0 AS observed_gpu_hours
+    FROM per_stream s
+    JOIN stg_streams k USING (stream_id)
+    GROUP BY k.namespace, k.pod
 ),
 allocated AS (
     -- the part of each allocation inside the window

@@ -3,7 +3,7 @@
 -- columns: first_ts, last_ts, step_seconds, devices, pods, teams
 -- Used to pick default windows (the app's time range, the report's last complete week).
 WITH distinct_ts AS (
-    SELECT DISTINCT ts FROM stg_samples
+    SELECT DISTINCT ts FROM stg_sample_rows
 ),
 step AS (
     SELECT median(gap) AS seconds

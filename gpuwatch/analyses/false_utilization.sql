@@ -5,29 +5,39 @@
 -- Only samples with a known effective value (SM_ACTIVE) are judged; without it a pod is not judged
 -- (effective_known = false), never assumed fine or false. A pod is an offender when its false time
 -- is at least $false_offender_share of its judged time. GPU-hours are weighted by GPU share.
-WITH series AS (
-    SELECT * FROM stg_series($start, $end)
-),
-judged AS (
-    SELECT *, effective IS NOT NULL AS known,
+WITH judged AS (
+    SELECT stream_id, reported, effective, effective IS NOT NULL AS known,
            effective IS NOT NULL AND reported >= $false_reported_min AND effective < $false_effective_below AS is_false
-    FROM series
+    FROM stg_series_rows($start, $end)
+),
+per_stream AS (
+    -- aggregate by the integer stream id first (stg_streams holds the per-stream constants)
+    SELECT stream_id,
+           count(*) FILTER (WHERE is_false) AS false_n,
+           count(*) FILTER (WHERE known) AS known_n,
+           sum(reported - effective) FILTER (WHERE is_false) AS gap_sum,
+           sum(reported) FILTER (WHERE known) AS reported_known_sum,
+           sum(effective) AS effective_sum
+    FROM judged
+    GROUP BY stream_id
 ),
 per_pod AS (
-    SELECT namespace, pod,
-           coalesce(any_value(team), namespace) AS team,
-           sum(step_seconds * gpu_share) FILTER (WHERE is_false) / 3600.0 AS false_util_gpu_hours,
-           sum(step_seconds * gpu_share) FILTER (WHERE known) / 3600.0 AS judged_gpu_hours,
-           sum(step_seconds) FILTER (WHERE is_false) / nullif(sum(step_seconds) FILTER (WHERE known), 0) AS false_share,
-           avg(reported - effective) FILTER (WHERE is_false) AS mean_gap,
-           sum(step_seconds * usd_per_hour) FILTER (WHERE is_false) / 3600.0 AS false_util_cost_usd,
-           sum((reported - effective) * step_seconds * usd_per_hour) FILTER (WHERE is_false) / 3600.0 AS gap_cost_usd,
-           avg(reported) FILTER (WHERE known) AS mean_reported,
-           avg(effective) AS mean_effective,
-           bool_or(known) AS effective_known,
-           any_value(node) AS series_node
-    FROM judged
-    GROUP BY namespace, pod
+    SELECT k.namespace, k.pod,
+           coalesce(any_value(k.team), k.namespace) AS team,
+           sum(s.false_n * k.step_seconds * k.gpu_share) / 3600.0 AS false_util_gpu_hours,
+           sum(s.known_n * k.step_seconds * k.gpu_share) / 3600.0 AS judged_gpu_hours,
+           sum(s.false_n * k.step_seconds) / nullif(sum(s.known_n * k.step_seconds), 0) AS false_share,
+           sum(s.gap_sum) / nullif(sum(s.false_n), 0) AS mean_gap,
+           sum(s.false_n * k.step_seconds * k.usd_per_hour) / 3600.0 AS false_util_cost_usd,
+           sum(s.gap_sum * k.step_seconds * k.usd_per_hour) / 3600.0 AS gap_cost_usd,
+           sum(s.reported_known_sum) / nullif(sum(s.known_n), 0) AS mean_reported,
+           -- effective is known exactly on the known rows
+           sum(s.effective_sum) / nullif(sum(s.known_n), 0) AS mean_effective,
+           sum(s.known_n) > 0 AS effective_known,
+           any_value(k.node) AS series_node
+    FROM per_stream s
+    JOIN stg_streams k USING (stream_id)
+    GROUP BY k.namespace, k.pod
 ),
 final AS (
     SELECT p.namespace, p.pod, p.team,

@@ -6,62 +6,70 @@
 -- chargeback. A gap > $gap_steps steps is unknown time: neither idle nor busy, and it ends a run.
 -- Runs are found from each sample's neighbours (staging keeps them): a run starts at an idle sample
 -- after a busy one or a gap, ends at an idle sample before one, and starts pair with ends (ASOF).
-WITH series AS NOT MATERIALIZED (
-    -- scanned twice (run edges, per-series totals): re-reading the table beats materialising 20M rows
-    SELECT * FROM stg_series($start, $end)
-),
-classified AS NOT MATERIALIZED (
-    SELECT namespace, pod, node, device_key, ts, team, gpu_share, usd_per_hour, fb_used_bytes, step_seconds,
+WITH judged AS NOT MATERIALIZED (
+    -- scanned twice (run edges, per-stream counts): re-reading the table beats materialising 20M rows
+    SELECT stream_id, ts, fb_used_bytes, dt_seconds, next_dt_seconds,
            reported < $idle_below AND coalesce(effective < $idle_below, TRUE) AS idle,
            coalesce(prev_reported < $idle_below AND coalesce(prev_effective < $idle_below, TRUE), FALSE) AS prev_idle,
-           coalesce(next_reported < $idle_below AND coalesce(next_effective < $idle_below, TRUE), FALSE) AS next_idle,
-           -- a neighbour outside the window counts as a gap: runs are cut at the window's edges
-           coalesce(dt_seconds > $gap_steps * step_seconds OR epoch(ts) - dt_seconds < epoch($start::TIMESTAMP), TRUE)
-               AS gap_before,
-           coalesce(next_dt_seconds > $gap_steps * step_seconds OR epoch(ts) + next_dt_seconds >= epoch($end::TIMESTAMP), TRUE)
-               AS gap_after
-    FROM series
+           coalesce(next_reported < $idle_below AND coalesce(next_effective < $idle_below, TRUE), FALSE) AS next_idle
+    FROM stg_series_rows($start, $end)
+),
+classified AS (
+    -- idle samples with their series' step; a neighbour outside the window counts as a gap, so runs
+    -- are cut at the window's edges
+    SELECT j.stream_id, j.ts, j.prev_idle, j.next_idle, k.step_seconds,
+           coalesce(j.dt_seconds > $gap_steps * k.step_seconds
+                    OR epoch(j.ts) - j.dt_seconds < epoch($start::TIMESTAMP), TRUE) AS gap_before,
+           coalesce(j.next_dt_seconds > $gap_steps * k.step_seconds
+                    OR epoch(j.ts) + j.next_dt_seconds >= epoch($end::TIMESTAMP), TRUE) AS gap_after
+    FROM judged j
+    JOIN stg_streams k USING (stream_id)
+    WHERE j.idle
 ),
 edges AS MATERIALIZED (
     -- the few samples where a run starts or ends (one scan; the runs are built from these alone)
-    SELECT namespace, pod, node, device_key, ts, step_seconds,
+    SELECT stream_id, ts, step_seconds,
            NOT prev_idle OR gap_before AS is_start, NOT next_idle OR gap_after AS is_end
     FROM classified
-    WHERE idle AND (NOT prev_idle OR gap_before OR NOT next_idle OR gap_after)
+    WHERE NOT prev_idle OR gap_before OR NOT next_idle OR gap_after
 ),
 run_starts AS (
-    SELECT namespace, pod, node, device_key, ts AS run_start FROM edges WHERE is_start
+    SELECT stream_id, ts AS run_start FROM edges WHERE is_start
 ),
 run_ends AS (
-    SELECT namespace, pod, node, device_key, ts AS run_end, step_seconds FROM edges WHERE is_end
+    SELECT stream_id, ts AS run_end, step_seconds FROM edges WHERE is_end
 ),
 runs AS MATERIALIZED (
-    SELECT s.namespace, s.pod, s.node, s.device_key, s.run_start, e.run_end,
+    SELECT s.stream_id, s.run_start, e.run_end,
            epoch(e.run_end) - epoch(s.run_start) + e.step_seconds AS run_seconds
     FROM run_starts s
-    ASOF JOIN run_ends e
-      ON e.namespace = s.namespace AND e.pod = s.pod AND e.node = s.node AND e.device_key = s.device_key
-     AND e.run_end >= s.run_start
+    ASOF JOIN run_ends e ON e.stream_id = s.stream_id AND e.run_end >= s.run_start
 ),
-per_series AS MATERIALIZED (
-    SELECT namespace, pod, node, device_key,
-           any_value(team) AS team, any_value(gpu_share) AS gpu_share, any_value(usd_per_hour) AS usd_per_hour,
-           count(*) FILTER (WHERE idle) * any_value(step_seconds) AS idle_seconds,
-           count(*) FILTER (WHERE NOT idle) * any_value(step_seconds) AS busy_seconds,
+per_stream AS MATERIALIZED (
+    -- counted by the integer stream id; the stream's constants (team, share, price, step) join after
+    SELECT stream_id,
+           count(*) FILTER (WHERE idle) AS idle_n,
+           count(*) FILTER (WHERE NOT idle) AS busy_n,
            max(fb_used_bytes) FILTER (WHERE idle) AS max_fb_idle,
-           any_value(step_seconds) AS step_seconds,
            max(ts) AS series_last_ts
-    FROM classified
-    GROUP BY ALL
+    FROM judged
+    GROUP BY stream_id
+),
+per_series AS (
+    SELECT s.stream_id, k.namespace, k.pod, k.node, k.team, k.gpu_share, k.usd_per_hour, k.step_seconds,
+           s.idle_n * k.step_seconds AS idle_seconds, s.busy_n * k.step_seconds AS busy_seconds,
+           s.max_fb_idle, s.series_last_ts
+    FROM per_stream s
+    JOIN stg_streams k USING (stream_id)
 ),
 window_last AS (
     SELECT max(series_last_ts) AS last_ts FROM per_series
 ),
 trailing_runs AS (
     -- the run that ends at its series' last sample, if any
-    SELECT r.namespace, r.pod, r.node, r.device_key, r.run_start, r.run_seconds
+    SELECT r.stream_id, r.run_start, r.run_seconds
     FROM runs r
-    JOIN per_series s USING (namespace, pod, node, device_key)
+    JOIN per_series s USING (stream_id)
     WHERE r.run_end = s.series_last_ts
 ),
 judged_series AS (
@@ -72,10 +80,12 @@ judged_series AS (
                     AND epoch((SELECT last_ts FROM window_last)) - epoch(s.series_last_ts) <= s.step_seconds, FALSE)
                AS reclaimable
     FROM per_series s
-    LEFT JOIN trailing_runs t USING (namespace, pod, node, device_key)
+    LEFT JOIN trailing_runs t USING (stream_id)
 ),
 longest AS (
-    SELECT namespace, pod, max(run_seconds) AS longest_idle_seconds FROM runs GROUP BY ALL
+    SELECT k.namespace, k.pod, max(r.run_seconds) AS longest_idle_seconds
+    FROM runs r JOIN stg_streams k USING (stream_id)
+    GROUP BY k.namespace, k.pod
 ),
 per_pod AS (
     SELECT namespace, pod,

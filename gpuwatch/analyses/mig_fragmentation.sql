@@ -13,13 +13,18 @@ WITH instances AS (
     FROM stg_devices
     WHERE mig_gi_id IS NOT NULL
 ),
+latest AS (
+    -- each stream's latest sample in the window (counted by the integer stream id)
+    SELECT stream_id, max(ts) AS last_ts FROM stg_sample_rows WHERE ts >= $start AND ts < $end GROUP BY stream_id
+),
 sampled AS (
-    -- one pass: the latest sample per instance decides "in use"; at equal ts an attributed row wins
-    SELECT node, gpu_uuid, mig_gi_id,
-           arg_max(pod IS NOT NULL, epoch_ms(ts) * 2 + (pod IS NOT NULL)::INT) AS in_use
-    FROM stg_samples
-    WHERE mig_gi_id IS NOT NULL AND ts >= $start AND ts < $end
-    GROUP BY node, gpu_uuid, mig_gi_id
+    -- the latest sample per instance decides "in use"; at equal ts an attributed stream wins
+    SELECT k.node, k.gpu_uuid, k.mig_gi_id,
+           arg_max(k.pod IS NOT NULL, epoch_ms(l.last_ts) * 2 + (k.pod IS NOT NULL)::INT) AS in_use
+    FROM latest l
+    JOIN stg_streams k USING (stream_id)
+    WHERE k.mig_gi_id IS NOT NULL
+    GROUP BY k.node, k.gpu_uuid, k.mig_gi_id
 ),
 mig_pods AS (
     -- a pod asking for n instances of a profile is n requests for a placement

@@ -10,12 +10,16 @@ WITH instances AS (
     FROM stg_devices
     WHERE mig_gi_id IS NOT NULL
 ),
+latest AS (
+    SELECT stream_id, max(ts) AS last_ts FROM stg_sample_rows WHERE ts >= $start AND ts < $end GROUP BY stream_id
+),
 last_pod AS (
     -- a struct is never NULL, so an instance free at its last sample reads as free
-    SELECT node, gpu_uuid, mig_gi_id, arg_max({'namespace': namespace, 'pod': pod}, ts) AS occupant
-    FROM stg_samples
-    WHERE mig_gi_id IS NOT NULL AND ts >= $start AND ts < $end
-    GROUP BY node, gpu_uuid, mig_gi_id
+    SELECT k.node, k.gpu_uuid, k.mig_gi_id, arg_max({'namespace': k.namespace, 'pod': k.pod}, l.last_ts) AS occupant
+    FROM latest l
+    JOIN stg_streams k USING (stream_id)
+    WHERE k.mig_gi_id IS NOT NULL
+    GROUP BY k.node, k.gpu_uuid, k.mig_gi_id
 ),
 final AS (
     SELECT i.*, p.occupant.namespace AS namespace, p.occupant.pod AS pod

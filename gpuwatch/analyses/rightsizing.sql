@@ -6,31 +6,50 @@
 -- (its memory slices / 8 of the GPU) covers the pod's peak fb_used_bytes x (1 + $mem_headroom) and
 -- whose compute (slices / 7) covers the $compute_quantile quantile of its SM activity.
 -- Priced like chargeback: a "<model>/<profile>" price row, else the GPU price x compute slices / 7.
-WITH series AS (
-    SELECT * FROM stg_series($start, $end)
-),
-profiles AS (
+WITH profiles AS (
     SELECT * FROM (VALUES (19, 1, 1), (15, 1, 2), (14, 2, 2), (9, 3, 4), (5, 4, 4))
         AS t(profile_id, compute_slices, memory_slices)
 ),
-whole_gpus AS (
-    SELECT node, gpu_uuid, gpu_model, fb_total_bytes, usd_per_hour FROM stg_devices WHERE mig_gi_id IS NULL
+whole_streams AS (
+    -- pods' streams on whole GPUs (not MIG instances), with the GPU's model and memory
+    SELECT k.stream_id, k.namespace, k.pod, k.pod_id, k.team, k.node, k.device_key, k.gpu_share,
+           k.usd_per_hour, k.step_seconds, g.gpu_model, g.fb_total_bytes
+    FROM stg_streams k
+    JOIN stg_devices g ON g.node = k.node AND g.gpu_uuid = k.gpu_uuid AND g.mig_gi_id IS NULL
+    WHERE k.mig_gi_id IS NULL AND k.pod IS NOT NULL
+),
+per_stream AS (
+    SELECT stream_id, count(*) AS samples, max(fb_used_bytes) AS peak_fb_used_bytes
+    FROM stg_series_rows($start, $end)
+    GROUP BY stream_id
 ),
 per_pod AS (
-    SELECT s.namespace, s.pod, coalesce(any_value(s.team), s.namespace) AS team, any_value(s.node) AS node,
-           any_value(g.gpu_model) AS gpu_model, max(g.fb_total_bytes) AS fb_total_bytes,
-           max(s.fb_used_bytes) AS peak_fb_used_bytes,
-           quantile_cont(s.effective, $compute_quantile) AS sm_active_quantile,
-           max(s.gpu_share) AS gpu_share, count(DISTINCT s.device_key) AS devices,
-           sum(s.step_seconds) / count(DISTINCT s.device_key) AS observed_seconds,
-           sum(s.usd_per_hour) / count(*) * count(DISTINCT s.device_key) AS current_usd_per_hour
-    FROM series s
-    JOIN whole_gpus g ON g.node = s.node AND g.gpu_uuid = s.gpu_uuid AND s.mig_gi_id IS NULL
-    GROUP BY s.namespace, s.pod
+    SELECT w.namespace, w.pod, any_value(w.pod_id) AS pod_id, coalesce(any_value(w.team), w.namespace) AS team,
+           any_value(w.node) AS node, any_value(w.gpu_model) AS gpu_model, max(w.fb_total_bytes) AS fb_total_bytes,
+           max(s.peak_fb_used_bytes) AS peak_fb_used_bytes,
+           max(w.gpu_share) AS gpu_share, count(DISTINCT w.device_key) AS devices,
+           sum(s.samples * w.step_seconds) / count(DISTINCT w.device_key) AS observed_seconds,
+           sum(s.samples * w.usd_per_hour) / sum(s.samples) * count(DISTINCT w.device_key) AS current_usd_per_hour
+    FROM per_stream s
+    JOIN whole_streams w USING (stream_id)
+    GROUP BY w.namespace, w.pod
+),
+eligible AS (
+    -- only whole, unshared GPUs observed long enough need their SM activity quantile (a full scan)
+    SELECT * FROM per_pod WHERE gpu_share >= 1.0 AND observed_seconds >= $min_observed_seconds
+),
+quantiles AS (
+    SELECT w.pod_id, quantile_cont(r.effective, $compute_quantile) AS sm_active_quantile
+    FROM stg_series_rows($start, $end) r
+    JOIN whole_streams w USING (stream_id)
+    WHERE w.pod_id IN (SELECT pod_id FROM eligible)
+    GROUP BY w.pod_id
 ),
 candidates AS (
-    SELECT * FROM per_pod
-    WHERE gpu_share >= 1.0 AND sm_active_quantile IS NOT NULL AND observed_seconds >= $min_observed_seconds
+    SELECT e.*, q.sm_active_quantile
+    FROM eligible e
+    JOIN quantiles q USING (pod_id)
+    WHERE q.sm_active_quantile IS NOT NULL
 ),
 fits AS (
     SELECT c.*, p.profile_id, p.compute_slices, p.memory_slices,

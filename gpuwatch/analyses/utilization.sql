@@ -4,24 +4,35 @@
 -- Means are over the pod's observed samples (series, DESIGN §5); a mean is NULL (unknown, never 0)
 -- when the field was never reported (e.g. SM activity without DCGM profiling, GPU_UTIL on MIG).
 -- gpu_hours are observed samples x step x GPU share (MIG slices / 7, time-sliced gpu_count).
-WITH series AS (
-    SELECT * FROM stg_series($start, $end)
+WITH per_stream AS (
+    -- aggregate by the integer stream id first (stg_streams holds the per-stream constants)
+    SELECT stream_id, count(*) AS samples,
+           sum(gpu_util) AS gpu_util_sum, count(gpu_util) AS gpu_util_n,
+           sum(gr_engine_active) AS gr_sum, count(gr_engine_active) AS gr_n,
+           sum(sm_active) AS sm_sum, count(sm_active) AS sm_n,
+           sum(tensor_active) AS tensor_sum, count(tensor_active) AS tensor_n,
+           max(fb_used_bytes) AS max_fb_used_bytes,
+           sum(reported) AS reported_sum, count(reported) AS reported_n,
+           sum(effective) AS effective_sum, count(effective) AS effective_n
+    FROM stg_series_rows($start, $end)
+    GROUP BY stream_id
 ),
 per_pod AS (
-    SELECT namespace, pod,
-           coalesce(any_value(team), namespace) AS team,
-           sum(step_seconds * gpu_share) / 3600.0 AS gpu_hours,
-           avg(gpu_util) AS mean_gpu_util,
-           avg(gr_engine_active) AS mean_gr_engine_active,
-           avg(sm_active) AS mean_sm_active,
-           avg(tensor_active) AS mean_tensor_active,
-           max(fb_used_bytes) AS max_fb_used_bytes,
-           avg(reported) AS mean_reported,
-           avg(effective) AS mean_effective,
-           sum(step_seconds * usd_per_hour) / 3600.0 AS cost_usd,
-           any_value(node) AS series_node
-    FROM series
-    GROUP BY namespace, pod
+    SELECT k.namespace, k.pod,
+           coalesce(any_value(k.team), k.namespace) AS team,
+           sum(s.samples * k.step_seconds * k.gpu_share) / 3600.0 AS gpu_hours,
+           sum(s.gpu_util_sum) / nullif(sum(s.gpu_util_n), 0) AS mean_gpu_util,
+           sum(s.gr_sum) / nullif(sum(s.gr_n), 0) AS mean_gr_engine_active,
+           sum(s.sm_sum) / nullif(sum(s.sm_n), 0) AS mean_sm_active,
+           sum(s.tensor_sum) / nullif(sum(s.tensor_n), 0) AS mean_tensor_active,
+           max(s.max_fb_used_bytes) AS max_fb_used_bytes,
+           sum(s.reported_sum) / nullif(sum(s.reported_n), 0) AS mean_reported,
+           sum(s.effective_sum) / nullif(sum(s.effective_n), 0) AS mean_effective,
+           sum(s.samples * k.step_seconds * k.usd_per_hour) / 3600.0 AS cost_usd,
+           any_value(k.node) AS series_node
+    FROM per_stream s
+    JOIN stg_streams k USING (stream_id)
+    GROUP BY k.namespace, k.pod
 ),
 final AS (
     SELECT p.namespace, p.pod, p.team, p.gpu_hours, p.mean_gpu_util, p.mean_gr_engine_active, p.mean_sm_active,

@@ -44,17 +44,29 @@ def connect(path: str | None, *, read_only: bool = False, memory_limit: str | No
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET enable_progress_bar = false")  # long queries must not draw on the caller's terminal
     if not read_only:
+        stale = _drop_old_staging(con)
         for script in ("schema.sql", "reclaim_audit.sql", "staging.sql"):
             con.execute(_script(script))
+        if stale:
+            refresh(con)
     return con
 
 
-# Rows staged per query: the series window sorts its rows in memory, ~300 bytes each.
+def _drop_old_staging(con: Any) -> bool:
+    """Stores written before stg_samples became a view hold it as a table: drop it (it is derived;
+    the caller re-stages from the raw tables). True when it did."""
+    old = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'stg_samples'").fetchall()[0][0]
+    if old:
+        con.execute("DROP TABLE stg_samples")
+    return bool(old)
+
+
+# Rows staged per query: the series window sorts its rows in memory, ~200 bytes each.
 REFRESH_CHUNK_ROWS = 3_000_000
 
 
 def refresh(con: Any, *, chunk_rows: int | None = None) -> None:
-    """Rebuild the materialised staging table stg_samples (load() does this in its transaction)."""
+    """Rebuild the materialised staging tables behind stg_samples (load() does this in its transaction)."""
     con.execute(_script("refresh.sql"))
     chunk, dups = _script("refresh_chunk.sql"), _script("refresh_dups.sql")
     for lo, hi in node_ranges(con.execute(_script("refresh_nodes.sql")).fetchall(),
@@ -63,6 +75,7 @@ def refresh(con: Any, *, chunk_rows: int | None = None) -> None:
         # merging duplicates is a 20M-group aggregate; skip it where a cheap count shows there are none
         dedup = con.execute(dups, bounds).fetchall()[0][0]
         con.execute(chunk, {**bounds, "dedup": dedup})
+    con.execute(_script("refresh_steps.sql"))
 
 
 def node_ranges(counts: list[tuple[str, int]], *, chunk_rows: int) -> list[tuple[str, str]]:
