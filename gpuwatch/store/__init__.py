@@ -68,14 +68,14 @@ REFRESH_CHUNK_ROWS = 3_000_000
 def refresh(con: Any, *, chunk_rows: int | None = None) -> None:
     """Rebuild the materialised staging tables behind stg_samples (load() does this in its transaction)."""
     con.execute(_script("refresh.sql"))
-    chunk, dups = _script("refresh_chunk.sql"), _script("refresh_dups.sql")
+    chunk, dups, steps = _script("refresh_chunk.sql"), _script("refresh_dups.sql"), _script("refresh_steps.sql")
     for lo, hi in node_ranges(con.execute(_script("refresh_nodes.sql")).fetchall(),
                               chunk_rows=chunk_rows or REFRESH_CHUNK_ROWS):
         bounds = {"node_lo": lo, "node_hi": hi}
         # merging duplicates is a 20M-group aggregate; skip it where a cheap count shows there are none
         dedup = con.execute(dups, bounds).fetchall()[0][0]
         con.execute(chunk, {**bounds, "dedup": dedup})
-    con.execute(_script("refresh_steps.sql"))
+        con.execute(steps, bounds)
 
 
 def node_ranges(counts: list[tuple[str, int]], *, chunk_rows: int) -> list[tuple[str, str]]:

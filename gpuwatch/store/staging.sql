@@ -223,10 +223,15 @@ SELECT * FROM final;
 
 CREATE TABLE IF NOT EXISTS stg_sample_rows AS SELECT * FROM stg_sample_rows_for(NULL, NULL) LIMIT 0;
 
--- Each stream's series step: the median interval between its series rows (one sample: 60 s).
-CREATE OR REPLACE MACRO stg_stream_steps() AS TABLE
+-- Each stream's series step: the median interval between its series rows (one sample: 60 s), for
+-- the streams of a node range (a median holds its group's values: a range keeps that bounded).
+CREATE OR REPLACE MACRO stg_stream_steps(node_lo, node_hi) AS TABLE
+WITH streams AS (
+    SELECT min(stream_id) AS lo, max(stream_id) AS hi FROM stg_streams WHERE node >= node_lo AND node <= node_hi
+)
 SELECT stream_id, coalesce(median(dt_seconds), 60.0) AS step_seconds
-FROM stg_sample_rows WHERE in_series
+FROM stg_sample_rows
+WHERE in_series AND stream_id BETWEEN (SELECT lo FROM streams) AND (SELECT hi FROM streams)
 GROUP BY stream_id;
 
 -- Every staged sample, wide: rows joined to their stream (ad-hoc queries, the app's time series).
