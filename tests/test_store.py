@@ -189,6 +189,8 @@ def test_a_store_from_0_1_0_is_restaged_when_opened(tmp_path):
     con.execute("DROP TABLE stg_stream_aliases")
     con.execute("CREATE TABLE stg_samples AS SELECT 1 AS stale")
     con.close()
+    with pytest.raises(store.BundleError, match="open it once for writing"):
+        store.connect(str(path), read_only=True)  # the app: a clear error, not a missing-table one
     again = store.connect(str(path))
     assert again.execute("SELECT table_type FROM information_schema.tables WHERE table_name = 'stg_samples'"
                          ).fetchone()[0] == "VIEW"

@@ -43,6 +43,10 @@ def connect(path: str | None, *, read_only: bool = False, memory_limit: str | No
     con = duckdb.connect(":memory:" if path is None else str(path), read_only=read_only, config=config)
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET enable_progress_bar = false")  # long queries must not draw on the caller's terminal
+    if read_only and _old_staging(con):
+        con.close()
+        raise BundleError(f"{path}: this store was written by gpuwatch 0.1.0; open it once for writing "
+                          "(gpuwatch ingest or analyze) to re-stage it")
     if not read_only:
         stale = _drop_old_staging(con)
         for script in ("schema.sql", "reclaim_audit.sql", "staging.sql"):
@@ -55,10 +59,14 @@ def connect(path: str | None, *, read_only: bool = False, memory_limit: str | No
 def _drop_old_staging(con: Any) -> bool:
     """Stores written before stg_samples became a view hold it as a table: drop it (it is derived;
     the caller re-stages from the raw tables). True when it did."""
-    old = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'stg_samples'").fetchall()[0][0]
+    old = _old_staging(con)
     if old:
         con.execute("DROP TABLE stg_samples")
-    return bool(old)
+    return old
+
+
+def _old_staging(con: Any) -> bool:
+    return con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'stg_samples'").fetchall()[0][0] > 0
 
 
 # Rows staged per query: the series window sorts its rows in memory, ~200 bytes each.
