@@ -18,6 +18,7 @@ import streamlit as st
 
 import gpuwatch.analyses as analyses
 import gpuwatch.analyses.params as analysis_params
+import gpuwatch.recommendations as recommendations
 import gpuwatch.store as store
 
 DB_ENV = "GPUWATCH_DB"
@@ -72,7 +73,6 @@ def chargeback(ctx: Context) -> pd.DataFrame:
 
 def recommendation_frame(ctx: Context) -> pd.DataFrame:
     """gpuwatch.recommendations over the window's (cached) analysis frames."""
-    import gpuwatch.recommendations as recommendations  # only the Recommendations page needs it
 
     hours = (ctx.end - ctx.start).total_seconds() / 3600
     return recommendations.recommend(

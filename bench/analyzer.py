@@ -99,8 +99,8 @@ def compare(out: Path) -> list[str]:
 
 
 def simulate(out: Path, *, gpus: int, days: float, step: float) -> tuple[float, int]:
-    from gpuwatch import simulate as sim
-    from gpuwatch import workloads
+    from gpuwatch import fleet as workloads
+    from gpuwatch.fleet import command as sim
 
     began = time.perf_counter()
     counts = sim.write_bundle(workloads.build_fleet(gpus=gpus, seed=0, days=days), out, step=step)
@@ -198,12 +198,13 @@ def promql(work: Path, args) -> list[str]:
     spec = importlib.util.spec_from_file_location("bench_promql", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    from gpuwatch import analyses, store, workloads
+    from gpuwatch import analyses, store
+    from gpuwatch import fleet as workloads
     from gpuwatch.analyses.params import params
 
     bundle = work / "promql_bundle"
     fleet = workloads.build_fleet(gpus=args.promql_gpus, seed=0, days=1)
-    from gpuwatch.simulate import write_bundle
+    from gpuwatch.fleet.command import write_bundle
 
     write_bundle(fleet, bundle, step=60)
     module.backfill_from_bundle(bundle, work / "tsdb")

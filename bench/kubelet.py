@@ -1,7 +1,7 @@
 """Benchmark: one kubelet pod-resources List per scrape — fresh channel vs a reused Client.
 
 Serves a node-sized answer from the real gRPC fake kubelet on a unix socket (gpuwatch's
-kubelet_server) and times, side by side in one run: a List on a fresh channel (what
+kubelet_simulated) and times, side by side in one run: a List on a fresh channel (what
 ``kubelet.list_allocations`` does), a List on a reused ``kubelet.Client`` (what the exporter
 does), the pure ``parse`` and the pure ``attribute`` on that answer. Prints a table.
 
@@ -21,7 +21,7 @@ from google.protobuf import json_format
 from gpuwatch.attribution import attribute_with_unknown
 from gpuwatch.model import Device
 from gpuwatch.sources import kubelet
-from gpuwatch.sources.kubelet_server import serve
+from gpuwatch.sources.kubelet_simulated import serve
 
 
 def node_answer(pods: int) -> tuple[list[dict], list[Device]]:

@@ -17,7 +17,8 @@ import time
 
 import pandas as pd
 
-from gpuwatch import analyses, mig, store, workloads
+from gpuwatch import analyses, mig, store
+from gpuwatch import fleet as workloads
 
 START = workloads.DEFAULT_START
 NAMES = {19: "1g.10gb", 20: "1g.10gb+me", 15: "1g.20gb", 14: "2g.20gb", 9: "3g.40gb", 5: "4g.40gb", 0: "7g.80gb"}

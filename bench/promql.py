@@ -67,18 +67,18 @@ def backfill_from_bundle(bundle_dir: str | Path, tsdb_dir: str | Path, *, step: 
     """Write the bundle as OpenMetrics (dcgm-exporter + KSM names) and ``promtool`` it into ``tsdb_dir``."""
     import numpy as np
 
-    from gpuwatch.sources import promwrite
+    from gpuwatch.ingest import openmetrics
     from gpuwatch.store import bundle
 
     files = bundle.find_files(bundle_dir)
     frames = {name: _read(files[name]) for name in ("devices", "samples", "pods")}
-    ts = promwrite._epoch(frames["samples"]["ts"])
+    ts = openmetrics._epoch(frames["samples"]["ts"])
     grid = np.arange(ts.min(), ts.max() + step, step)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bundle.om"
-        written = promwrite.write(path, promwrite.sample_families(frames["devices"], frames["samples"]),
-                                  promwrite.ksm_families(frames["pods"], grid),
-                                  promwrite.ksm_node_families(frames["pods"], grid))
+        written = openmetrics.write(path, openmetrics.sample_families(frames["devices"], frames["samples"]),
+                                  openmetrics.ksm_families(frames["pods"], grid),
+                                  openmetrics.ksm_node_families(frames["pods"], grid))
         Path(tsdb_dir).mkdir(parents=True, exist_ok=True)
         subprocess.run([_binary("promtool"), "tsdb", "create-blocks-from", "openmetrics", str(path), str(tsdb_dir)],
                        check=True, capture_output=True, text=True)
@@ -125,10 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    from gpuwatch import analyses, simulate, store
+    from gpuwatch import analyses, store
     from gpuwatch.analyses.params import params
-    from gpuwatch.sources.prometheus import fetch
-    from gpuwatch.workloads import build_fleet
+    from gpuwatch.fleet import build_fleet
+    from gpuwatch.fleet import command as simulate
+    from gpuwatch.ingest.prometheus import fetch
 
     fleet = build_fleet(gpus=args.gpus, seed=args.seed, days=args.days)
     with tempfile.TemporaryDirectory() as tmp:

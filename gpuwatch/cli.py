@@ -11,13 +11,15 @@ import importlib
 import logging
 import sys
 
+from gpuwatch import __version__
+
 # name -> (module, one-line help). Adding a command is adding a module and a line here.
 COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("gpuwatch.exporter.command", "node exporter: serve DCGM-named GPU metrics with pod attribution"),
-    "simulate": ("gpuwatch.simulate", "write a bundle for a synthetic fleet, with ground truth"),
-    "ingest": ("gpuwatch.store.command", "load a bundle, a Prometheus server or a saved /metrics file into DuckDB"),
-    "analyze": ("gpuwatch.analyze", "run every analysis over a window; write CSVs or print a table"),
-    "export-derived": ("gpuwatch.derived", "serve the analyzer's findings as Prometheus metrics for alerting"),
+    "simulate": ("gpuwatch.fleet.command", "write a bundle for a synthetic fleet, with ground truth"),
+    "ingest": ("gpuwatch.ingest.command", "load a bundle, a Prometheus server or a saved /metrics file into DuckDB"),
+    "analyze": ("gpuwatch.findings.command", "run every analysis over a window; write CSVs or print a table"),
+    "export-derived": ("gpuwatch.findings.exporter", "serve the analyzer's findings as Prometheus metrics for alerting"),
     "report": ("gpuwatch.report.command", "weekly chargeback report (HTML + CSV)"),
     "reclaim": ("gpuwatch.reclaim.command", "auto-reclaim controller for idle GPUs (dry-run by default)"),
     "app": ("gpuwatch.app_command", "start the Streamlit app on a DuckDB file (read-only)"),
@@ -52,6 +54,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _version() -> str:
-    from gpuwatch import __version__
 
     return f"gpuwatch {__version__}"

@@ -10,8 +10,9 @@ import re
 import pandas as pd
 import pytest
 
-from gpuwatch import analyses, workloads
-from gpuwatch.simulate import write_bundle
+from gpuwatch import analyses
+from gpuwatch import fleet as workloads
+from gpuwatch.fleet.command import write_bundle
 from tests.support.bundles import SAMPLE_DATA, loaded
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from gpuwatch import analyses
-from gpuwatch.analyze import analyze
+from gpuwatch.findings.command import analyze
 from tests.support.bundles import loaded
 
 MINE = ("utilization", "idle_hoarding", "false_utilization", "chargeback", "rightsizing")

@@ -4,7 +4,7 @@ Each parses, has a fixed unique uid, a `datasource` variable of type prometheus 
 and query uses (`${datasource}`), non-overlapping panels; the files are exactly what
 dashboards/build.py writes (so edits go through it); and every metric a query names is served
 by the exporter (gpuwatch.exporter.metrics.METRICS), a recording rule, the derived findings
-(gpuwatch.derived.METRICS), kube-state-metrics (kube_pod_labels only) or Prometheus itself, so
+(gpuwatch.findings.exporter.METRICS), kube-state-metrics (kube_pod_labels only) or Prometheus itself, so
 a renamed metric fails here instead of leaving an empty panel. Raw per-pod panels query both
 label spellings (`pod` and dcgm-exporter's `exported_pod`).
 """

@@ -6,7 +6,7 @@ the chart's ServiceMonitor does), an NVIDIA dcgm-exporter (`Hostname`, scraped w
 honor_labels: false and the exporter pod's own pod/namespace/container target labels, as the GPU
 Operator does — so Prometheus itself renames the workload labels to exported_*),
 kube-state-metrics (kube_pod_labels) and `gpuwatch export-derived` (series built from
-gpuwatch.derived.METRICS, so their labels are the real ones). Then every query of every
+gpuwatch.findings.exporter.METRICS, so their labels are the real ones). Then every query of every
 dashboard, with its variables bound to a gpuwatch-attributed and a dcgm-attributed pod, must be
 accepted and return data, and the headline numbers must count both exporters' GPUs correctly.
 """
@@ -81,7 +81,7 @@ def kube_state_metrics() -> str:
 
 
 def derived_findings() -> str:
-    from gpuwatch import derived
+    from gpuwatch.findings import exporter as derived
 
     values = {"namespace": "team-a", "pod": "nb-1", "team": "team-a", "kind": "idle", "hostname": "node-1",
               "UUID": "GPU-d", "analysis": "idle_hoarding"}
@@ -129,7 +129,7 @@ def scrape_configs(targets: dict[str, str]) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory):
-    pytest.importorskip("gpuwatch.derived")
+    pytest.importorskip("gpuwatch.findings.exporter")
     prom, _ = require_prometheus()
     tmp = tmp_path_factory.mktemp("prom")
     pages = {"gpuwatch": gpuwatch_exporter(), "dcgm": dcgm_exporter(), "ksm": kube_state_metrics(),

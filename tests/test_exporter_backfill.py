@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from gpuwatch.exporter.backfill import write_openmetrics
 from gpuwatch.exporter.collector import render_at
-from gpuwatch.workloads import build_fleet
+from gpuwatch.fleet import build_fleet
+from tests.support.exporter_history import write_openmetrics
 from tests.support.prometheus import backfill, running
 
 pytestmark = pytest.mark.slow

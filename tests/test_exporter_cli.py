@@ -42,8 +42,8 @@ def test_bad_input_exits_2_with_reason(argv, message):
 def test_exporter_process_stays_lean():
     """The node agent never loads the analyzer's stack (pandas, duckdb, streamlit, kubernetes)."""
     code = ("import sys, gpuwatch.exporter.command, gpuwatch.exporter.collector, gpuwatch.exporter.server, "
-            "gpuwatch.exporter.backfill, gpuwatch.sources.simulate, gpuwatch.sources.nvml, gpuwatch.sources.dcgm, "
-            "gpuwatch.attribution; from gpuwatch.workloads import build_fleet; "
+            "tests.support.exporter_history, gpuwatch.sources.simulate, gpuwatch.sources.nvml, gpuwatch.sources.dcgm, "
+            "gpuwatch.attribution; from gpuwatch.fleet import build_fleet; "
             "from gpuwatch.exporter.collector import render_at; render_at(build_fleet(gpus=8), 1.763e9); "
             "print(sorted(m for m in ('pandas', 'duckdb', 'streamlit', 'kubernetes') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

@@ -1,7 +1,7 @@
 """Faults never fail the scrape, and /healthz says why.
 
 Real HTTP server (gpuwatch.exporter.server on 127.0.0.1) and a REAL kubelet pod-resources gRPC
-server on a unix socket (gpuwatch.sources.kubelet_server, with its delay/fail options). The GPU
+server on a unix socket (gpuwatch.sources.kubelet_simulated, with its delay/fail options). The GPU
 side is the fake pynvml (tests/fakes/fake_pynvml.py, a fake at the NVML boundary) driving the real
 nvml source, or a source object that raises. Covers: a source failing for one GPU, a GPU lost
 mid-run, a dead source, zero GPUs, the kubelet socket deleted, hanging and erroring.
@@ -18,7 +18,7 @@ import pytest
 
 from gpuwatch.exporter.collector import ExporterCollector
 from gpuwatch.exporter.server import serve
-from gpuwatch.sources import SourceOptions, kubelet, kubelet_server, nvml
+from gpuwatch.sources import SourceOptions, kubelet, kubelet_simulated, nvml
 from tests.conftest import FIXTURES
 from tests.fakes.fake_pynvml import FakeNvml
 
@@ -52,7 +52,7 @@ def exporter(tmp_path):
     pods = [{"name": "train-0", "namespace": "ml", "containers": [
         {"name": "main", "devices": [{"resource_name": "nvidia.com/gpu", "device_ids": [UUID0]}]}]}]
     sock = str(tmp_path / "kubelet.sock")
-    fake_kubelet = kubelet_server.serve(sock, pods=pods)
+    fake_kubelet = kubelet_simulated.serve(sock, pods=pods)
     client = kubelet.Client(sock)
     source = nvml.open_source(SourceOptions(node="node-a"), nvml=fake)
     collector = ExporterCollector(source, clock=clock, interval_s=1.0,

@@ -118,7 +118,7 @@ def test_value_formatting_follows_dcgm_types(value, fmt, text):
 def test_emitted_labels_follow_the_metrics_table():
     """Every series' label names are its METRICS entry's labels, in order (gaps = optional ones)."""
     from gpuwatch.exporter.collector import render_at
-    from gpuwatch.workloads import build_fleet
+    from gpuwatch.fleet import build_fleet
 
     fleet = build_fleet(gpus=40, seed=0)
     text = "".join(render_at(fleet, fleet.start + 2 * 86400, node=n) for n in ("gpu-node-002", "gpu-node-004"))

@@ -14,8 +14,8 @@ from collections import Counter
 import pytest
 
 from gpuwatch.exporter.collector import render_at
+from gpuwatch.fleet import DEFAULT_START, build_fleet, readings_at
 from gpuwatch.sources.simulate import allocations_at
-from gpuwatch.workloads import DEFAULT_START, build_fleet, readings_at
 
 T = DEFAULT_START + 2.5 * 86400 + 1234.0  # Wednesday noon of the simulated week, +1234 s
 

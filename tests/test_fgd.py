@@ -17,8 +17,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gpuwatch import analyses, simulate, store, workloads
+from gpuwatch import analyses, store
+from gpuwatch import fleet as workloads
 from gpuwatch.analyses.fragmentation_fgd import FLEET, TaskType, node_fragment
+from gpuwatch.fleet import command as simulate
 from gpuwatch.model import BUNDLE_COLUMNS
 
 BASE = 1_700_000_000.0  # trace seconds are relative; anchor them at a fixed epoch

@@ -2,7 +2,7 @@
 
 The DaemonSet's command and args (with exporter.source=simulate, a free port and the socket
 directory pointed at a temp dir) are executed as they would be in the pod, NODE_NAME set as the
-downward API would; a real kubelet pod-resources gRPC server (gpuwatch.sources.kubelet_server)
+downward API would; a real kubelet pod-resources gRPC server (gpuwatch.sources.kubelet_simulated)
 listens where the chart's hostPath mount puts the socket. Then /healthz answers 200, /metrics
 serves DCGM-named series, and the kubelet source is up —
 so the rendered flags, the socket path and the environment fit the real CLI.
@@ -31,13 +31,13 @@ def get(url: str) -> tuple[int, str]:
 
 
 def test_rendered_exporter_command_serves_metrics_with_attribution(tmp_path):
-    kubelet_server = pytest.importorskip("gpuwatch.sources.kubelet_server")
+    kubelet_simulated = pytest.importorskip("gpuwatch.sources.kubelet_simulated")
     pytest.importorskip("grpc")
     port = free_port()
     values = {"exporter": {"source": "simulate", "port": port, "kubeletSocketDir": str(tmp_path),
                            "extraArgs": ["--simulate-gpus", "8"]}}
     exporter = container(pod_spec(find(render(values), "DaemonSet", "exporter")), "exporter")
-    kubelet = kubelet_server.serve(str(tmp_path / "kubelet.sock"), pods=[])
+    kubelet = kubelet_simulated.serve(str(tmp_path / "kubelet.sock"), pods=[])
     env = {**os.environ, "NODE_NAME": "node-under-test"}
     env |= {e["name"]: e["value"] for e in exporter["env"] if "value" in e}
     argv = [sys.executable, "-m", "gpuwatch", *exporter["args"]]

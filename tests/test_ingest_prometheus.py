@@ -1,13 +1,13 @@
 """Ingest from a REAL Prometheus (Debian's 2.42, tests/support/prometheus.py) through ``fetch``.
 
 The TSDB is backfilled with ``promtool tsdb create-blocks-from openmetrics`` from files written
-here for a small deterministic fleet (gpuwatch.workloads, seed 2, 3 nodes, 4 h of 1-minute data):
+here for a small deterministic fleet (gpuwatch.fleet, seed 2, 3 nodes, 4 h of 1-minute data):
 - gpu-node-000 and gpu-node-002 (MIG): exactly what ``gpuwatch export --source simulate`` serves
   (gpuwatch.exporter.collector.families_at, rendered by the exporter's own OpenMetrics writer):
   DCGM names, lower-case ``hostname``, pod labels, gpuwatch_* series;
 - gpu-node-001: dcgm-exporter <= 4.5.3 scraped with ``honorLabels: false`` — ``Hostname``,
   ``exported_pod/namespace/container`` and the exporter pod's own target labels, no gpuwatch_*;
-- kube-state-metrics series for every pod (gpuwatch.sources.promwrite.ksm_families).
+- kube-state-metrics series for every pod (gpuwatch.ingest.openmetrics.ksm_families).
 The frames must equal the generator's values (within the exporter's rounding: GPU_UTIL is an
 integer %, NVLink an integer B/s and absent on MIG instances). Chunked and sharded reads must
 give exactly the rows of one big query. A stand-in HTTP server (a broken Prometheus, the only
@@ -25,10 +25,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuwatch import analyses, simulate, store
+from gpuwatch import analyses, store
 from gpuwatch.analyses.params import params as analysis_params
-from gpuwatch.sources import prometheus, promwrite
-from gpuwatch.workloads import build_fleet, iter_samples
+from gpuwatch.fleet import build_fleet, iter_samples
+from gpuwatch.fleet import command as simulate
+from gpuwatch.ingest import openmetrics, prometheus
 from tests.support.prometheus import backfill, running
 
 pytestmark = pytest.mark.slow
@@ -58,7 +59,7 @@ def prom(fleet, window, tmp_path_factory):
     for name, families in files.items():
         path = tmp / name
         if families is None:
-            promwrite.write(path, promwrite.ksm_families(_pods(fleet), grid))
+            openmetrics.write(path, openmetrics.ksm_families(_pods(fleet), grid))
         else:
             from gpuwatch.exporter.exposition import render
 
@@ -326,13 +327,13 @@ def test_live_exporter_scraped_by_prometheus_then_ingested(tmp_path):
 
 
 def _one(name: str, labels: dict, value: float, t: float = 100.0):
-    from gpuwatch.sources.promframes import Series
+    from gpuwatch.ingest.promframes import Series
 
     return Series(name, labels, np.array([t]), np.array([value]))
 
 
 def test_time_sliced_gpus_count_one_over_the_replicas_from_gpu_feature_discovery():
-    from gpuwatch.sources.promframes import Context, build
+    from gpuwatch.ingest.promframes import Context, build
 
     gpu = {"gpu": "0", "UUID": "GPU-1", "hostname": "n1", "pod": "p", "namespace": "ns", "container": "c"}
     pod = {"namespace": "ns", "pod": "p", "uid": "u"}
@@ -352,8 +353,8 @@ def test_time_sliced_gpus_count_one_over_the_replicas_from_gpu_feature_discovery
     ("nvidia_com_mig_1g_10gb", "nvidia.com/mig-1g.10gb"), ("nvidia_com_mig_1g_10gb_me", "nvidia.com/mig-1g.10gb.me"),
     ("nvidia_com_mig_3g_40gb", "nvidia.com/mig-3g.40gb"), ("nvidia_com_a100", "nvidia.com/a100")])
 def test_kube_state_metrics_resource_names_map_back(ksm, resource):
-    from gpuwatch.sources.promframes_pods import resource_name
-    from gpuwatch.sources.promwrite import ksm_resource
+    from gpuwatch.ingest.openmetrics import ksm_resource
+    from gpuwatch.ingest.promframes_pods import resource_name
 
     assert resource_name(ksm) == resource and ksm_resource(resource) == ksm
 

@@ -1,6 +1,6 @@
 """The kubelet pod-resources source against a REAL gRPC server on a unix socket.
 
-The kubelet is the external boundary: ``gpuwatch.sources.kubelet_server`` plays it with the
+The kubelet is the external boundary: ``gpuwatch.sources.kubelet_simulated`` plays it with the
 generated v1 ``PodResourcesLister`` servicer over ``grpc.server`` on a socket under tmp_path, and
 ``gpuwatch.sources.kubelet`` talks to it exactly as to a kubelet. Checked: exact Allocations for
 whole-GPU, MIG and time-sliced pods (CPU-only containers and other resources ignored); a committed
@@ -20,11 +20,11 @@ import pytest
 from google.protobuf import text_format
 
 from gpuwatch.attribution import attribute_with_unknown
+from gpuwatch.fleet import build_fleet, readings_at
 from gpuwatch.model import Allocation
 from gpuwatch.sources import kubelet
 from gpuwatch.sources.kubelet import KubeletError
-from gpuwatch.sources.kubelet_server import allocatable_from_fleet, pods_from_fleet, serve
-from gpuwatch.workloads import build_fleet, readings_at
+from gpuwatch.sources.kubelet_simulated import allocatable_from_fleet, pods_from_fleet, serve
 from tests.conftest import FIXTURES
 
 api_pb2, api_pb2_grpc = kubelet.stubs()

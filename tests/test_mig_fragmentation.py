@@ -12,8 +12,10 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from gpuwatch import analyses, mig, simulate, store, workloads
+from gpuwatch import analyses, mig, store
+from gpuwatch import fleet as workloads
 from gpuwatch.analyses.mig_fragmentation import COLUMNS, fleet_total
+from gpuwatch.fleet import command as simulate
 from tests.test_mig import brute_stranded
 
 STEP = 600.0

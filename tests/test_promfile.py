@@ -1,4 +1,4 @@
-"""A saved /metrics page -> bundle frames (gpuwatch.sources.promfile), on REAL dcgm-exporter captures.
+"""A saved /metrics page -> bundle frames (gpuwatch.ingest.promfile), on REAL dcgm-exporter captures.
 
 Fixtures (tests/fixtures/promfile/, sources in its README.md): the L40S capture with dcgm-exporter
 4.x labels (``Hostname``, ``pci_bus_id``, ``DCGM_FI_DRIVER_VERSION``), the A100 MIG capture from
@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuwatch.sources import promfile
+from gpuwatch.ingest import promfile
 from tests.conftest import FIXTURES
 
 HERE = FIXTURES / "promfile"

@@ -27,7 +27,7 @@ from gpuwatch import store
 from gpuwatch.cli import main
 from gpuwatch.reclaim import controller, kube
 from gpuwatch.reclaim.lease import Elector
-from gpuwatch.reclaim.metrics import ReclaimMetrics
+from gpuwatch.reclaim.telemetry import ReclaimMetrics
 from tests.conftest import ROOT
 from tests.support.fake_kube import FakeKube, namespace, pod, workload
 

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from gpuwatch import cli
-from gpuwatch.report import week as weeks
+from gpuwatch.report import isoweek as weeks
 from tests import app_support as support
 
 WEEK = "2026-W46"

@@ -6,7 +6,7 @@ fed with gpuwatch-exporter-style series (`hostname`, honorLabels) and NVIDIA dcg
 series (`Hostname`, `exported_pod`, the exporter's own pod on unattributed GPUs); the recording
 rules normalise both. Every alert carries summary, description and runbook. Every metric a rule
 names is served by the exporter (gpuwatch.exporter.metrics.METRICS), a recording rule, the
-derived findings (gpuwatch.derived.METRICS), kube-state-metrics or Prometheus itself.
+derived findings (gpuwatch.findings.exporter.METRICS), kube-state-metrics or Prometheus itself.
 """
 
 from __future__ import annotations

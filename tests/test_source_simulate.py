@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from gpuwatch.fleet import build_fleet, readings_at
 from gpuwatch.sources import SourceOptions, simulate
-from gpuwatch.workloads import build_fleet, readings_at
 
 DAY = 86400.0
 

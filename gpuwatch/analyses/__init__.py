@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from gpuwatch.analyses import persisted
+
 _PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -66,7 +68,6 @@ def run(con: Any, name: str, **params: Any):
     When ``persist`` stored this exact SQL part (same SQL, params and data) it is read instead of
     recomputed; the finisher runs either way.
     """
-    from gpuwatch.analyses import persisted
 
     text, used = sql(name), body_params(name)
     bound = {k: v for k, v in params.items() if k in used}
@@ -96,7 +97,6 @@ def persist(con: Any, params: dict[str, Any], *, runs: dict[str, tuple[dict[str,
     after loading data, for its window: a later load (store.load, logged in ingest_log) makes the
     stored results stale and ``run`` recomputes. Results of older data are dropped here.
     """
-    from gpuwatch.analyses import persisted
 
     persisted.prune(con)
     stored = 0

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from gpuwatch import analyses
+
 PARTS = ("productive_usd", "false_util_usd", "idle_usd", "unobserved_usd")
 COLUMNS = ("kind", "team", "namespace", "gpu_hours", "cost_usd", *PARTS, "pods", "share_of_fleet", "fleet_cost_usd")
 
@@ -48,7 +50,6 @@ def stranded_usd(con: Any, mig_free, params: dict) -> float:
     ``params["fragmentation"]``, when given, is mig_fragmentation's result for the same window
     (a caller that already has it saves running the placement search twice).
     """
-    from gpuwatch import analyses
 
     if not len(mig_free) or "mig_fragmentation" not in analyses.names():
         return 0.0  # no MIG GPUs, or the fragmentation analysis is not installed: nothing to strand

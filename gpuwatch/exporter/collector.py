@@ -14,9 +14,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gpuwatch.attribution import attribute, attribute_with_unknown
+from gpuwatch.exporter.exposition import render
 from gpuwatch.exporter.families import Options, Status, build
 from gpuwatch.model import Allocation
 from gpuwatch.sources import Snapshot, Source
+from gpuwatch.sources.simulate import SimulatedSource, allocations_at
 
 log = logging.getLogger(__name__)
 AllocationReader = Callable[[], Sequence[Allocation]]
@@ -108,7 +111,6 @@ class ExporterCollector:
                         "attribution_reason": reason, "attribution_error": str(exc)}
         seconds = self._timer() - started
         devices = [r.device for r in snapshot.readings] if snapshot else []
-        from gpuwatch.attribution import attribute_with_unknown
 
         result = attribute_with_unknown(devices, allocations)
         if result.unknown and snapshot is not None:
@@ -131,8 +133,6 @@ def families_at(fleet, t: float, *, node: str | None = None, options: Options | 
                 timestamp: float | None = None) -> list:
     """The families the exporter serves for the simulated ``fleet`` at time ``t`` (no clock, no
     sockets): the simulate source's reading plus the kubelet's allocations at ``t``, attributed."""
-    from gpuwatch.attribution import attribute
-    from gpuwatch.sources.simulate import SimulatedSource, allocations_at
 
     source = SimulatedSource(fleet, node=node)
     snapshot = source.read(t)
@@ -150,7 +150,6 @@ def render_at(fleet, t: float, *, node: str | None = None, hostname_label: str =
     except ``gpuwatch_source_duration_seconds`` is 0. ``openmetrics=True`` stamps every sample with
     ``t`` and ends with ``# EOF`` (one instant; for many, see ``backfill.write_openmetrics``).
     """
-    from gpuwatch.exporter.exposition import render
 
     options = Options(hostname_label=hostname_label, profiling=profiling)
     families = families_at(fleet, t, node=node, options=options, timestamp=t if openmetrics else None)

@@ -11,7 +11,17 @@ import tempfile
 import threading
 import time
 
-from gpuwatch.sources import SOURCES, SourceOptions
+from gpuwatch.exporter.collector import ExporterCollector
+from gpuwatch.exporter.families import Options
+from gpuwatch.exporter.server import serve
+from gpuwatch.sources import (
+    SOURCES,
+    NoSourceError,
+    SourceOptions,
+    kubelet,
+    kubelet_simulated,
+    open_source,
+)
 
 log = logging.getLogger(__name__)
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -57,10 +67,6 @@ def duration(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuwatch.exporter.collector import ExporterCollector
-    from gpuwatch.exporter.families import Options
-    from gpuwatch.exporter.server import serve
-    from gpuwatch.sources import NoSourceError, open_source
 
     node = args.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
     options = SourceOptions(node=node, interval_s=args.interval, profiling=not args.no_profiling,
@@ -94,17 +100,15 @@ def run(args: argparse.Namespace) -> int:
 
 def _attribution(args: argparse.Namespace, source, stack: list):
     """The allocations reader: the kubelet socket (or a fake kubelet for the simulated fleet)."""
-    from gpuwatch.sources import kubelet
 
     socket_path = args.kubelet_socket
     if args.simulate_kubelet:
         if source.name != "simulate":
             raise SystemExit("--simulate-kubelet needs --source simulate")
-        from gpuwatch.sources.kubelet_server import pods_from_fleet, serve
 
         tmp = tempfile.mkdtemp(prefix="gpuwatch-kubelet-")
         socket_path = os.path.join(tmp, "kubelet.sock")
-        fake = serve(socket_path, pods=lambda: pods_from_fleet(source.fleet, node=source.node,
+        fake = kubelet_simulated.serve(socket_path, pods=lambda: kubelet_simulated.pods_from_fleet(source.fleet, node=source.node,
                                                                t=source.fleet_time(time.time())))
         stack.append(lambda: (fake.stop(), os.rmdir(tmp)))
         log.info("simulated kubelet serving the fleet's allocations on %s", socket_path)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from gpuwatch.reclaim import EXEMPT_ANNOTATION, OPT_IN_LABEL, WARNING_ANNOTATION
+from gpuwatch.reclaim import EXEMPT_ANNOTATION, OPT_IN_LABEL, WARNING_ANNOTATION, audit
 from gpuwatch.reclaim import owners as owner_ops
 from gpuwatch.reclaim.audit import row
 from gpuwatch.reclaim.kube import Conflict, KubeError, Refused, Unreachable
@@ -194,7 +194,6 @@ def record_restore(cluster, con, *, namespace: str, kind: str, name: str, detail
     """After a restore: an Event on the owner and a ``restored`` audit row (when ``con``)."""
     from datetime import UTC
 
-    from gpuwatch.reclaim import audit
 
     now = now or datetime.now(UTC)
     involved = {"kind": kind, "name": name, "apiVersion": OWNER_API_VERSION.get(kind, "")}

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any
 
+from gpuwatch import store
 from gpuwatch.reclaim.records import Action
 
 COLUMNS = ("ts", "run_id", "decision", "action", "dry_run", "namespace", "pod", "owner_kind",
@@ -42,7 +43,6 @@ def row(action: Action, *, now: datetime, run_id: str, dry_run: bool, result: st
 
 def ensure_table(con: Any) -> None:
     """Create reclaim_audit when missing (exactly the contract's columns)."""
-    from gpuwatch import store
 
     store.ensure_reclaim_audit(con)
 

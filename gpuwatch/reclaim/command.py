@@ -9,6 +9,15 @@ import socket
 import sys
 from datetime import timedelta
 
+from gpuwatch import store
+from gpuwatch.analyses.params import parse_duration
+from gpuwatch.reclaim import controller, kube, owners, policy, summary
+from gpuwatch.reclaim.apply import record_restore
+from gpuwatch.reclaim.notify import webhook_notifier
+from gpuwatch.reclaim.policy import PolicyError
+from gpuwatch.reclaim.records import as_utc
+from gpuwatch.reclaim.telemetry import ReclaimMetrics
+
 log = logging.getLogger(__name__)
 
 
@@ -57,7 +66,6 @@ def _kube_arguments(parser: argparse.ArgumentParser, dest_prefix: str = "") -> N
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuwatch.reclaim.policy import PolicyError
 
     try:
         if getattr(args, "reclaim_command", None) == "restore":
@@ -69,7 +77,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _connector(args, rules, prefix: str = ""):
-    from gpuwatch.reclaim import kube
 
     def connect():
         get = lambda name: getattr(args, f"{prefix}{name}")  # noqa: E731
@@ -82,12 +89,6 @@ def _connector(args, rules, prefix: str = ""):
 
 
 def _reconcile(args) -> int:
-    from gpuwatch import store
-    from gpuwatch.analyses.params import parse_duration
-    from gpuwatch.reclaim import controller, policy, report
-    from gpuwatch.reclaim.metrics import ReclaimMetrics
-    from gpuwatch.reclaim.notify import webhook_notifier
-    from gpuwatch.reclaim.records import as_utc
 
     if args.assume_opted_in and args.apply:
         raise ValueError("--assume-opted-in is for dry-run counterfactuals only; it is refused with --apply")
@@ -113,15 +114,14 @@ def _reconcile(args) -> int:
                         interval_seconds=parse_duration(args.interval).total_seconds())
         return 0
     result = controller.run_once(settings, con, controller._connect(connect), metrics=metrics)
-    print(report.render(result, apply=args.apply))
+    print(summary.render(result, apply=args.apply))
     if args.counterfactual:
         start = result.now - settings.window
-        print(report.counterfactual(con, start=start, end=result.now + timedelta(seconds=1)))
+        print(summary.counterfactual(con, start=start, end=result.now + timedelta(seconds=1)))
     return 0
 
 
 def _replay(settings, con, *, step) -> int:
-    from gpuwatch.reclaim import controller, report
 
     if not settings.policy.namespaces and not settings.assume_opted_in:
         log.warning("no namespace is opted in: list them in the policy's namespaces or pass --assume-opted-in")
@@ -133,13 +133,11 @@ def _replay(settings, con, *, step) -> int:
     decisions = sum(len(r.rows) for r in results)
     print(f"Replayed {len(results)} dry-run passes every {step} from {first:%Y-%m-%d %H:%M} to "
           f"{last:%Y-%m-%d %H:%M} UTC ({decisions} decisions audited; the cluster was NOT consulted).")
-    print(report.counterfactual(con, start=first, end=last + timedelta(seconds=1)))
+    print(summary.counterfactual(con, start=first, end=last + timedelta(seconds=1)))
     return 0
 
 
 def _restore(args) -> int:
-    from gpuwatch.reclaim import kube, owners, policy
-    from gpuwatch.reclaim.apply import record_restore
 
     parts = args.target.split("/")
     if len(parts) != 3 or not all(parts):
@@ -154,7 +152,6 @@ def _restore(args) -> int:
         return 1
     con = None
     if args.restore_db:
-        from gpuwatch import store
 
         con = store.connect(args.restore_db)
     record_restore(cluster, con, namespace=namespace, kind=kind, name=name, detail=done)

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from gpuwatch import analyses, store
+from gpuwatch.analyses import params as analysis_params
 from gpuwatch.reclaim import audit
 from gpuwatch.reclaim.apply import apply
 from gpuwatch.reclaim.kube import KubeError, Unreachable
@@ -119,7 +121,6 @@ def replay(settings: Settings, con: Any, *, step: timedelta, start: datetime | N
     """
     from dataclasses import replace as with_
 
-    from gpuwatch import store
 
     if settings.apply:
         raise ValueError("replay is a dry-run counterfactual; it is refused with --apply")
@@ -141,8 +142,6 @@ def load_findings(con: Any, settings: Settings) -> tuple[Any, datetime | None]:
 
     if settings.findings_csv:
         return pd.read_csv(settings.findings_csv), None
-    from gpuwatch import analyses, store
-    from gpuwatch.analyses import params as analysis_params
 
     _, last = store.data_range(con)
     if last is None:

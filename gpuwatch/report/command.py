@@ -7,6 +7,10 @@ import os
 import sys
 from pathlib import Path
 
+from gpuwatch import __version__, analyses, store
+from gpuwatch.report import isoweek as weeks
+from gpuwatch.report import weekly
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="report", metavar="REPORT", required=True)
@@ -19,9 +23,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Gather, render and write; errors name the problem and exit 2."""
-    from gpuwatch import __version__, analyses, store
-    from gpuwatch.report import week as weeks
-    from gpuwatch.report import weekly
 
     if not os.path.isfile(args.db):
         print(f"gpuwatch report: no database at {args.db!r} (create one with `gpuwatch ingest`)", file=sys.stderr)

@@ -17,8 +17,9 @@ from typing import Any
 import gpuwatch.recommendations as recommendations
 from gpuwatch import analyses
 from gpuwatch.analyses import params as analysis_params
+from gpuwatch.report import isoweek as weeks
 from gpuwatch.report import render, view
-from gpuwatch.report.week import Week
+from gpuwatch.report.isoweek import Week
 
 
 @dataclass
@@ -92,7 +93,6 @@ def write(data: WeekData, out: Path, *, version: str) -> list[Path]:
 
 def default_week(coverage: Any) -> tuple[Week, bool]:
     """The last complete ISO week in the data, else the latest (partial) one, and whether complete."""
-    from gpuwatch.report import week as weeks
 
     first = coverage.at[0, "first_ts"].to_pydatetime()
     last = coverage.at[0, "last_ts"].to_pydatetime()

@@ -20,6 +20,7 @@ from types import SimpleNamespace
 
 from gpuwatch.model import Device
 from gpuwatch.sources import DeviceReading, Snapshot, SourceOptions
+from gpuwatch.sources import nvml as nvml_source
 
 log = logging.getLogger(__name__)
 BINDINGS_DIRS = ("/usr/share/datacenter-gpu-manager-4/bindings/python3", "/usr/local/dcgm/bindings/python3")
@@ -139,7 +140,6 @@ class DcgmSource:
 
     def _mig_identities(self) -> dict:
         try:
-            from gpuwatch.sources import nvml as nvml_source
 
             module = self._nvml or importlib.import_module("pynvml")
             module.nvmlInit()

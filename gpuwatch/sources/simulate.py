@@ -1,4 +1,4 @@
-"""The ``simulate`` source: the deterministic synthetic fleet (gpuwatch.workloads) served through
+"""The ``simulate`` source: the deterministic synthetic fleet (gpuwatch.fleet) served through
 the real exporter path, converted to DCGM units exactly as the dcgm/nvml sources report them.
 
 The fleet's week is positioned so wall-clock "now" is inside it (start = midnight UTC three days
@@ -13,9 +13,11 @@ import math
 import zlib
 from collections import defaultdict
 
+from gpuwatch.fleet import GPU_SPECS, Fleet, build_fleet, readings_at
 from gpuwatch.model import Allocation, Device, Pod
 from gpuwatch.sources import DeviceReading, ProcessReading, Snapshot, SourceOptions
-from gpuwatch.workloads import GPU_SPECS, Fleet, build_fleet, readings_at
+from gpuwatch.sources.kubelet import split_device_id
+from gpuwatch.sources.kubelet_simulated import pods_from_fleet
 
 MIB = 1 << 20
 DAY = 86400.0
@@ -90,10 +92,8 @@ def parse(readings: list[tuple[Device, Pod | None, dict[str, float]]], *, device
 
 
 def allocations_at(fleet: Fleet, t: float, *, node: str | None = None) -> list[Allocation]:
-    """What the kubelet would report at ``t`` (kubelet_server.pods_from_fleet, parsed as
+    """What the kubelet would report at ``t`` (kubelet_simulated.pods_from_fleet, parsed as
     kubelet.parse does) without the gRPC round trip: for golden files and backfill."""
-    from gpuwatch.sources.kubelet import split_device_id
-    from gpuwatch.sources.kubelet_server import pods_from_fleet
 
     out = []
     for pod in pods_from_fleet(fleet, node=node, t=t):

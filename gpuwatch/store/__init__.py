@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.model import BUNDLE_COLUMNS
+from gpuwatch.store import bundle, columns
 from gpuwatch.store.columns import ROW
 from gpuwatch.store.validate import BundleError, validate
 
@@ -128,7 +129,6 @@ def load(con: Any, frames: dict, *, source: str, window: tuple[datetime, datetim
 def load_bundle(con: Any, path: str | Path, *, window: tuple[datetime, datetime] | None = None,
                 progress: bool | None = False) -> dict[str, int]:
     """Load a bundle directory (any subset of its files); DuckDB checks, types and inserts it."""
-    from gpuwatch.store import bundle
 
     files = bundle.find_files(path)
     counts = {name: 0 for name in BUNDLE_COLUMNS}
@@ -152,7 +152,6 @@ def link_bundle(con: Any, path: str | Path) -> dict[str, int]:
     """Like load_bundle, but samples stay in the bundle's Parquet: ``samples`` becomes a view over the
     files (checked once, here), and only the staged table is materialised (DESIGN §7; large fleets).
     The files must stay where they are; linking again replaces the link."""
-    from gpuwatch.store import bundle, columns
 
     files = bundle.find_files(path)
     samples = files.get("samples")
@@ -207,7 +206,6 @@ def _from_file(con: Any, name: str, part, *, file: Path, upsert: bool = False) -
     """Insert one part of a bundle file (typed and checked in the same statement); rows inserted."""
     import duckdb
 
-    from gpuwatch.store import columns
 
     view, types = part(con)
     values, rules = columns.plan(name, types, file=str(file))
@@ -242,7 +240,6 @@ def _upsert_incoming(con: Any, name: str) -> int:
 
 def _ts_range(con: Any, file: Path) -> tuple[datetime, datetime] | None:
     """The samples' first and last timestamp, read from the ts column alone (bad values: later)."""
-    from gpuwatch.store import bundle, columns
 
     lo = hi = None
     for part in bundle.parts(file, columns=["ts"]):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuwatch.reclaim import audit
 from gpuwatch.reclaim.controller import Result
 
 _ORDER = {"acted": 0, "would_act": 0, "warned": 1, "would_warn": 1, "cleared": 2, "restored": 2, "skipped": 3}
@@ -33,7 +34,6 @@ def render(result: Result, *, apply: bool) -> str:
 
 def counterfactual(con: Any, *, start, end) -> str:
     """'Would have reclaimed N GPU-hours = $X' from the dry-run audit over [start, end)."""
-    from gpuwatch.reclaim import audit
 
     frame = audit.counterfactual(con, start=start, end=end)
     hours, usd = float(frame["gpu_hours"].sum()), float(frame["usd"].sum())

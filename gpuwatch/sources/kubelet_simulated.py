@@ -4,7 +4,7 @@
 answers ``List`` / ``GetAllocatableResources`` / ``Get`` from callables evaluated on every call, so
 the answer can follow a clock. ``delay`` simulates a hanging kubelet, ``fail`` an erroring one;
 both can be changed on the returned handle while it runs. ``pods_from_fleet()`` turns a
-:class:`gpuwatch.workloads.Fleet` into what a kubelet on its nodes would report at an instant.
+:class:`gpuwatch.fleet.Fleet` into what a kubelet on its nodes would report at an instant.
 
 Pods and allocatable resources may be given as generated protobuf messages or as plain dicts in
 the messages' shape (``{"name", "namespace", "containers": [{"name", "devices": [{"resource_name",
@@ -19,12 +19,9 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent import futures
-from typing import TYPE_CHECKING
 
+from gpuwatch.fleet import Fleet
 from gpuwatch.sources.kubelet import stubs
-
-if TYPE_CHECKING:
-    from gpuwatch.workloads import Fleet
 
 _MAX_UNIX_PATH = 107  # sun_path is 108 bytes including the NUL
 

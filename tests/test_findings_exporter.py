@@ -1,4 +1,4 @@
-"""``gpuwatch export-derived``: the analyses' findings as Prometheus metrics (gpuwatch.derived).
+"""``gpuwatch export-derived``: the analyses' findings as Prometheus metrics (gpuwatch.findings.exporter).
 
 On a small real DuckDB store (a simulated bundle with MIG, hoarders and false-util jobs) the
 served series must carry exactly the analysis frames' pods, teams and values; a store that is
@@ -14,9 +14,11 @@ from datetime import timedelta
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwatch import analyses, derived, simulate, store
+from gpuwatch import analyses, store
 from gpuwatch.analyses.params import params, window
-from gpuwatch.workloads import build_fleet
+from gpuwatch.findings import exporter as derived
+from gpuwatch.fleet import build_fleet
+from gpuwatch.fleet import command as simulate
 from tests.support.prometheus import running
 
 WINDOW = timedelta(days=1)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch import store
+from gpuwatch.ingest import prometheus, promfile
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,7 +46,6 @@ def ingest(con: Any, source: str, *, start: str | None = None, end: str | None =
            at: str | None = None, now: datetime | None = None) -> dict[str, int]:
     """Load ``source`` (bundle dir, prometheus:// URL or .prom file); returns rows per table."""
     if source.startswith(("prometheus://", "http://", "https://")):
-        from gpuwatch.sources import prometheus
 
         end_at = _time(end) if end else (now or datetime.now(UTC)).replace(tzinfo=None)
         start_at = _time(start) if start else end_at - timedelta(days=7)
@@ -53,7 +53,6 @@ def ingest(con: Any, source: str, *, start: str | None = None, end: str | None =
         return store.load(con, frames, source=source, window=(start_at, end_at))
     path = Path(source)
     if path.is_file() and path.suffix in (".prom", ".txt", ".metrics"):
-        from gpuwatch.sources import promfile
 
         frames = promfile.read_file(path, at=_time(at) if at else None)
         return store.load(con, frames, source=str(path))

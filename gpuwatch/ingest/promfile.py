@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuwatch.sources import promframes
+from gpuwatch.ingest import promframes
 
 _HELP_UNIT = re.compile(r"\(in ([^)]+)\)")
 

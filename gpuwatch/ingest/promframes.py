@@ -1,6 +1,6 @@
 """Prometheus series (dcgm-exporter, gpuwatch, kube-state-metrics names) -> bundle frames.
 
-Shared, pure core of ``sources.prometheus`` (HTTP API) and ``sources.promfile`` (saved /metrics):
+Shared, pure core of ``ingest.prometheus`` (HTTP API) and ``ingest.promfile`` (saved /metrics):
 both turn what they read into ``Series`` and call ``build``. Conversions to base units happen here
 and only here: DCGM_FI_DEV_GPU_UTIL % -> ratio (/100), DCGM_FI_DEV_FB_* MiB -> bytes (x 2**20);
 power (W), profiling ratios and NVLink bytes/s are already base units. NaN/±Inf values are
@@ -14,13 +14,21 @@ win) or ``pod_name``/``pod_namespace``/``container_name`` (old namespace), ``GPU
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 
 import numpy as np
 
+from gpuwatch.ingest import promframes_pods
+from gpuwatch.ingest.series import (
+    Context,
+    Series,
+    device_of,
+    first,
+    nones,
+    target_pods,
+    workload_of,
+)
 from gpuwatch.model import BUNDLE_COLUMNS
-from gpuwatch.sources import promframes_pods
 
 log = logging.getLogger(__name__)
 MIB = 1 << 20
@@ -55,73 +63,9 @@ HELP_UNITS: dict[str, str] = {"DCGM_FI_DEV_GPU_UTIL": "%", "DCGM_FI_DEV_FB_USED"
 SAMPLE_KEY = ("node", "gpu_uuid", "mig_gi_id", "namespace", "pod", "container")
 
 
-@dataclass(frozen=True)
-class Series:
-    """One time series: canonical metric name, its labels, epoch-second timestamps and values."""
-
-    name: str
-    labels: Mapping[str, str]
-    ts: np.ndarray
-    values: np.ndarray
-
-
-@dataclass
-class Context:
-    """What the labels alone don't say: the scrape targets' own pods, the window, knobs."""
-
-    target_pods: frozenset = frozenset()  # (namespace, pod) of exporter pods: never a workload
-    window_end: float | None = None  # a pod last seen within one step of this is still running
-    step: float | None = None
-    team_label: str = "team"
-    shared_replicas: float | None = None  # time-slicing replicas: a `.shared` GPU counts 1/n; None = from KSM
-    notes: list[str] = field(default_factory=list)
-
-
 def canonical(name: str) -> str:
     """dcgm-exporter's current name for an old-namespace metric name (others unchanged)."""
     return OLD_NAMES.get(name, name)
-
-
-def first(labels: Mapping[str, str], *names: str) -> str | None:
-    """The first non-empty label among ``names`` (old exporters emit ``pod=""`` when unattributed)."""
-    return next((labels[n] for n in names if labels.get(n)), None)
-
-
-def device_of(labels: Mapping[str, str]) -> tuple | None:
-    """(node, gpu_uuid, mig_gi_id) of a DCGM/gpuwatch series, None without a GPU UUID."""
-    uuid = first(labels, "UUID", "uuid", "gpu_uuid")
-    if uuid is None:
-        return None
-    node = first(labels, "hostname", "Hostname", "node") or (labels.get("instance") or "").rsplit(":", 1)[0]
-    gi = first(labels, "GPU_I_ID")
-    if gi is not None and not gi.isdigit():
-        raise ValueError(f"GPU_I_ID={gi!r} is not a MIG GPU instance id, on series labelled {dict(labels)}")
-    return node, uuid, int(gi) if gi is not None else None
-
-
-def workload_of(labels: Mapping[str, str], target_pods: frozenset = frozenset()) -> tuple:
-    """(namespace, pod, container) attributed on a series, ``exported_*`` first; Nones if none.
-
-    A plain ``pod`` equal to a scrape target's own pod is the exporter itself (target labels are
-    attached to every unattributed series), not a workload.
-    """
-    if first(labels, "exported_pod"):
-        return (first(labels, "exported_namespace"), first(labels, "exported_pod"),
-                first(labels, "exported_container"))
-    ns, pod = first(labels, "namespace", "pod_namespace"), first(labels, "pod", "pod_name")
-    if pod is None or (ns, pod) in target_pods:
-        return None, None, None
-    return ns, pod, first(labels, "container", "container_name")
-
-
-def target_pods(series: Iterable[Series]) -> frozenset:
-    """(namespace, pod) of scrape targets: the plain labels beside an ``exported_pod``.
-
-    With ``honorLabels: false`` the exporter's own pod labels sit next to ``exported_*`` ones, and
-    also on every unattributed series of that target, where they must not read as a workload.
-    """
-    return frozenset((s.labels.get("namespace"), s.labels["pod"]) for s in series
-                     if s.labels.get("exported_pod") and s.labels.get("pod"))
 
 
 def build(series: Iterable[Series], ctx: Context | None = None) -> dict:
@@ -219,13 +163,6 @@ def _capacity(row: dict) -> dict:
         mib = row["DCGM_FI_DEV_FB_USED"] + row["DCGM_FI_DEV_FB_FREE"] + row.get("DCGM_FI_DEV_FB_RESERVED", 0.0)
         total = mib * MIB
     return {c: row.get(c) for c in BUNDLE_COLUMNS["devices"]} | {"fb_total_bytes": None if total is None else round(total)}
-
-
-def nones(frame, *columns: str):
-    """Missing text as None (pandas turns None into NaN when it builds object columns)."""
-    for column in columns:
-        frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
-    return frame
 
 
 def _mig_uuids(series: list[Series]) -> dict[tuple, str]:

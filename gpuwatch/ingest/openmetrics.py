@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from gpuwatch.sources.promframes import MIB, SAMPLE_FIELDS
+from gpuwatch.ingest.promframes import MIB, SAMPLE_FIELDS
 
 # family name -> list of (labels, ts array, value array)
 Families = dict[str, list[tuple[dict, np.ndarray, np.ndarray]]]

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from gpuwatch.sources import promframes
+from gpuwatch.ingest import promframes
 
 MAX_POINTS = 11_000  # Prometheus rejects a query_range that would return more per series
 GPU_NAMES = "DCGM_FI_.*|dcgm_.*|gpuwatch_.*"

@@ -13,8 +13,8 @@ import itertools
 import numpy as np
 import pytest
 
-from gpuwatch import workloads
-from gpuwatch.workloads import MIG_PROFILES, build_fleet, iter_samples, readings_at
+from gpuwatch import fleet as workloads
+from gpuwatch.fleet import MIG_PROFILES, build_fleet, iter_samples, readings_at
 
 VALID_STARTS = {19: {0, 1, 2, 3, 4, 5, 6}, 15: {0, 2, 4, 6}, 14: {0, 2, 4}, 9: {0, 4}, 5: {0}, 0: {0}}
 

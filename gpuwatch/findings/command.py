@@ -16,6 +16,7 @@ from typing import Any
 
 from gpuwatch import analyses, recommendations, store
 from gpuwatch.analyses import params as defaults
+from gpuwatch.ingest import command
 
 log = logging.getLogger(__name__)
 OUTPUTS = ("utilization", "idle_hoarding", "false_utilization", "mig_fragmentation", "fragmentation_fgd",
@@ -43,7 +44,6 @@ def run(args: argparse.Namespace) -> int:
         return 2
     con = store.connect(args.db)
     if args.input or args.source:
-        from gpuwatch.store import command
 
         command.ingest(con, args.input or args.source)
     thresholds = {k: getattr(args, k) for k in defaults.DEFAULTS}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuwatch import workloads
+from gpuwatch import fleet as workloads
 from gpuwatch.model import BUNDLE_COLUMNS, TRUTH_COLUMNS
 
 log = logging.getLogger(__name__)

@@ -19,6 +19,10 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from gpuwatch import analyses, store
+from gpuwatch.analyses.params import params, parse_duration
+from gpuwatch.analyses.params import window as analysis_window
+
 log = logging.getLogger(__name__)
 
 # name -> (type, help, labels): every series this command serves.
@@ -48,8 +52,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuwatch import store
-    from gpuwatch.analyses.params import parse_duration
 
     window = parse_duration(args.window)
     collector = DerivedCollector(lambda: store.connect(args.db, read_only=True), window=window, ttl=args.ttl)
@@ -77,7 +79,6 @@ class DerivedCollector:
 
     def __init__(self, connect: Callable[[], Any], *, window: timedelta | str, ttl: float = 60.0,
                  clock: Callable[[], float] = time.monotonic, close: bool = True):
-        from gpuwatch.analyses.params import parse_duration
 
         self.connect, self.ttl, self.clock, self.close = connect, ttl, clock, close
         self.window = parse_duration(window) if isinstance(window, str) else window
@@ -117,9 +118,6 @@ class DerivedCollector:
 
 def compute(con: Any, *, window: timedelta) -> dict:
     """Run the analyses over ``window`` ending at the latest data; findings + per-analysis status."""
-    from gpuwatch import analyses, store
-    from gpuwatch.analyses.params import params
-    from gpuwatch.analyses.params import window as analysis_window
 
     present = [name for name in ANALYSES if name in analyses.names()]
     try:

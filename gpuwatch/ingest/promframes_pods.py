@@ -22,6 +22,7 @@ import re
 
 import numpy as np
 
+from gpuwatch.ingest.series import device_of, first, nones, workload_of
 from gpuwatch.model import BUNDLE_COLUMNS
 
 KSM_TIMES = {"kube_pod_start_time": "start", "kube_pod_created": "created", "kube_pod_completion_time": "completed"}
@@ -43,7 +44,6 @@ def pods_frame(samples, series: list, ctx, *, mig_uuids: dict):
     """One row per pod holding GPUs (columns of model.BUNDLE_COLUMNS["pods"])."""
     import pandas as pd
 
-    from gpuwatch.sources.promframes import workload_of
 
     pods: dict[tuple, dict] = {}
     for s in series:
@@ -63,14 +63,12 @@ def pods_frame(samples, series: list, ctx, *, mig_uuids: dict):
     frame = pd.DataFrame(rows, columns=list(BUNDLE_COLUMNS["pods"]))
     for column in ("start_ts", "end_ts"):
         frame[column] = pd.to_datetime(np.round(frame[column].to_numpy(dtype=float) * 1000), unit="ms", utc=True)
-    from gpuwatch.sources.promframes import nones
 
     text = [c for c in BUNDLE_COLUMNS["pods"] if c not in ("start_ts", "end_ts", "gpu_count")]
     return nones(frame.astype({"gpu_count": float}), *text)
 
 
 def _absorb(row: dict, name: str, labels, value: float, ctx, mig_uuids: dict) -> None:
-    from gpuwatch.sources.promframes import device_of, first
 
     if name == "kube_pod_info":
         row.update(pod_uid=first(labels, "uid"), node=first(labels, "node"),

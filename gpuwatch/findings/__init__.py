@@ -1,0 +1,1 @@
+"""Findings: every analysis and the recommendations, assembled once for every consumer."""

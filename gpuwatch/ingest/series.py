@@ -1,0 +1,84 @@
+"""Prometheus series as the ingest readers hand them over, and what their labels say.
+
+The one place that knows dcgm-exporter's label generations (``hostname``/``Hostname``,
+``UUID``/``uuid``, ``exported_*`` under ``honorLabels: false``, old-namespace ``pod_name``…).
+Shared by ``promframes`` (devices and samples) and ``promframes_pods`` (pods); imports neither.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Series:
+    """One time series: canonical metric name, its labels, epoch-second timestamps and values."""
+
+    name: str
+    labels: Mapping[str, str]
+    ts: np.ndarray
+    values: np.ndarray
+
+
+@dataclass
+class Context:
+    """What the labels alone don't say: the scrape targets' own pods, the window, knobs."""
+
+    target_pods: frozenset = frozenset()  # (namespace, pod) of exporter pods: never a workload
+    window_end: float | None = None  # a pod last seen within one step of this is still running
+    step: float | None = None
+    team_label: str = "team"
+    shared_replicas: float | None = None  # time-slicing replicas: a `.shared` GPU counts 1/n; None = from KSM
+    notes: list[str] = field(default_factory=list)
+
+
+def first(labels: Mapping[str, str], *names: str) -> str | None:
+    """The first non-empty label among ``names`` (old exporters emit ``pod=""`` when unattributed)."""
+    return next((labels[n] for n in names if labels.get(n)), None)
+
+
+def device_of(labels: Mapping[str, str]) -> tuple | None:
+    """(node, gpu_uuid, mig_gi_id) of a DCGM/gpuwatch series, None without a GPU UUID."""
+    uuid = first(labels, "UUID", "uuid", "gpu_uuid")
+    if uuid is None:
+        return None
+    node = first(labels, "hostname", "Hostname", "node") or (labels.get("instance") or "").rsplit(":", 1)[0]
+    gi = first(labels, "GPU_I_ID")
+    if gi is not None and not gi.isdigit():
+        raise ValueError(f"GPU_I_ID={gi!r} is not a MIG GPU instance id, on series labelled {dict(labels)}")
+    return node, uuid, int(gi) if gi is not None else None
+
+
+def workload_of(labels: Mapping[str, str], target_pods: frozenset = frozenset()) -> tuple:
+    """(namespace, pod, container) attributed on a series, ``exported_*`` first; Nones if none.
+
+    A plain ``pod`` equal to a scrape target's own pod is the exporter itself (target labels are
+    attached to every unattributed series), not a workload.
+    """
+    if first(labels, "exported_pod"):
+        return (first(labels, "exported_namespace"), first(labels, "exported_pod"),
+                first(labels, "exported_container"))
+    ns, pod = first(labels, "namespace", "pod_namespace"), first(labels, "pod", "pod_name")
+    if pod is None or (ns, pod) in target_pods:
+        return None, None, None
+    return ns, pod, first(labels, "container", "container_name")
+
+
+def target_pods(series: Iterable[Series]) -> frozenset:
+    """(namespace, pod) of scrape targets: the plain labels beside an ``exported_pod``.
+
+    With ``honorLabels: false`` the exporter's own pod labels sit next to ``exported_*`` ones, and
+    also on every unattributed series of that target, where they must not read as a workload.
+    """
+    return frozenset((s.labels.get("namespace"), s.labels["pod"]) for s in series
+                     if s.labels.get("exported_pod") and s.labels.get("pod"))
+
+
+def nones(frame, *columns: str):
+    """Missing text as None (pandas turns None into NaN when it builds object columns)."""
+    for column in columns:
+        frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
+    return frame
