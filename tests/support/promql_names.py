@@ -51,7 +51,7 @@ def recording_rules() -> set[str]:
 
 def known_metrics() -> dict[str, frozenset[str]]:
     """Source -> names. The exporter and derived tables are imported from the code that serves them."""
-    from gpuwatch import derived
+    from gpuwatch.findings import exporter as derived
     from gpuwatch.exporter.metrics import METRICS
 
     return {"exporter": frozenset(m.name for m in METRICS), "recording rules": frozenset(recording_rules()),
