@@ -364,17 +364,18 @@ def rules_of(obj: dict) -> set[tuple[str, str, str]]:
 
 
 def test_reclaim_rbac_is_exactly_least_privilege():
-    docs = render({"reclaim": {"enabled": True}})
+    """The verb sets themselves; tests/test_helm_reclaim_rbac.py checks them against the API log."""
+    docs = render({"reclaim": {"enabled": True, "apply": True}})
     cluster = rules_of(find(docs, "ClusterRole", "reclaim"))
-    expected = {("", "pods", v) for v in ("get", "list", "watch", "patch")} | {
-        ("", "namespaces", v) for v in ("get", "list", "watch")} | {
-        ("", "pods/eviction", "create"), ("", "events", "create"), ("", "events", "patch"),
+    expected = {("", "pods", v) for v in ("get", "list", "patch")} | {
+        ("", "namespaces", v) for v in ("get", "list")} | {
+        ("", "pods/eviction", "create"), ("", "events", "create"),
         ("apps", "replicasets", "get"), ("ray.io", "rayclusters", "get")} | {
-        (g, r, v) for g, r in (("apps", "deployments"), ("apps", "statefulsets"), ("apps", "deployments/scale"),
-                               ("apps", "statefulsets/scale"), ("batch", "jobs"), ("kubeflow.org", "notebooks"))
+        (g, r, v) for g, r in (("apps", "deployments"), ("apps", "statefulsets"), ("batch", "jobs"),
+                               ("kubeflow.org", "notebooks"))
         for v in ("get", "patch")}
     assert cluster == expected
-    assert not any(verb in ("delete", "deletecollection", "*", "escalate", "bind", "impersonate")
+    assert not any(verb in ("delete", "deletecollection", "*", "escalate", "bind", "impersonate", "watch")
                    for _, _, verb in cluster)
     lease = find(docs, "Lease", "reclaim")
     args = container(pod_spec(find(docs, "Deployment", "reclaim")), "reclaim")["args"]
@@ -382,11 +383,15 @@ def test_reclaim_rbac_is_exactly_least_privilege():
     assert args[args.index("--lease-namespace") + 1] == lease["metadata"]["namespace"] == "gpuwatch"
     role = find(docs, "Role", "reclaim")
     assert rules_of(role) == {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
+    assert role["rules"][0]["resourceNames"] == [lease["metadata"]["name"]]
     assert role["metadata"]["namespace"] == "gpuwatch"
     spec = pod_spec(find(docs, "Deployment", "reclaim"))
     assert spec["serviceAccountName"] == find(docs, "ServiceAccount", "reclaim")["metadata"]["name"]
     binding = find(docs, "ClusterRoleBinding", "reclaim")
     assert binding["subjects"][0]["name"] == spec["serviceAccountName"]
+    dry = render({"reclaim": {"enabled": True}})
+    assert {verb for _, _, verb in rules_of(find(dry, "ClusterRole", "reclaim"))} == {"get", "list"}
+    assert not [d for d in dry if d.kind in ("Role", "Lease")]
 
 
 def test_reclaim_without_rbac_needs_a_service_account():

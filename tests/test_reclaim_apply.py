@@ -39,10 +39,11 @@ def kube_server():
         yield server
 
 
-def findings(tmp_path, *rows, idle_minutes=120):
+def findings(tmp_path, *rows, idle_minutes=120, as_of=STAMP):
     since = (NOW - timedelta(minutes=idle_minutes)).replace(tzinfo=None).isoformat()
     frame = pd.DataFrame([{"namespace": ns, "pod": name, "team": "ml-team", "idle_since": since,
-                           "reclaimable_now": True, "gpu_count": 1.0, "usd_per_hour": 3.0}
+                           "reclaimable_now": True, "gpu_count": 1.0, "usd_per_hour": 3.0,
+                           "data_as_of": as_of}
                           for ns, name in rows])
     path = tmp_path / "idle_hoarding.csv"
     frame.to_csv(path, index=False)
@@ -161,7 +162,8 @@ def test_activity_after_the_warning_clears_it(kube_server, tmp_path):
     kube_server.add(pod("ml", "train-0", owner=("Job", "train"), annotations=WARNED))
     csv = tmp_path / "busy.csv"
     pd.DataFrame([{"namespace": "ml", "pod": "train-0", "team": "t", "idle_since": None,
-                   "reclaimable_now": False, "gpu_count": 1.0, "usd_per_hour": 3.0}]).to_csv(csv, index=False)
+                   "reclaimable_now": False, "gpu_count": 1.0, "usd_per_hour": 3.0,
+                   "data_as_of": STAMP}]).to_csv(csv, index=False)
     result = reconcile(kube_server, str(csv))
     [(method, path, body)] = writes(kube_server)
     assert (method, path) == ("PATCH", "/api/v1/namespaces/ml/pods/train-0")
@@ -226,7 +228,7 @@ def test_recheck_skips_a_pod_exempted_after_the_plan(kube_server, tmp_path):
     kube_server.add(pod("ml", "train-0", owner=("Job", "train"), annotations=WARNED))
     cluster = kube.connect(host=kube_server.url)
     rows = pd.read_csv(findings(tmp_path, ("ml", "train-0")))
-    actions = plan(rows, snapshot(cluster, ["ml"]), Policy(), NOW)
+    actions = plan(rows, snapshot(cluster, ["ml"]), Policy(), NOW, data_as_of=NOW)
     assert [a.decision for a in actions] == ["act"]
     cluster.patch("Pod", "ml", "train-0", {"metadata": {"annotations": {"gpuwatch.io/reclaim": "never"}}})
     before = len(kube_server.writes())

@@ -41,16 +41,17 @@ def _cluster(server: FakeKube) -> None:
     server.add(pod("ml", "web-6d4f-x", owner=("ReplicaSet", "web-6d4f")))
 
 
-def _findings(tmp_path, since: datetime) -> str:
+def _findings(tmp_path, since: datetime, as_of: datetime = T0) -> str:
     path = tmp_path / "idle_hoarding.csv"
     pd.DataFrame([{"namespace": "ml", "pod": "web-6d4f-x", "team": "ml", "idle_since": since.isoformat(),
-                   "reclaimable_now": True, "gpu_count": 1.0, "usd_per_hour": 3.0}]).to_csv(path, index=False)
+                   "reclaimable_now": True, "gpu_count": 1.0, "usd_per_hour": 3.0,
+                   "data_as_of": as_of.strftime("%Y-%m-%dT%H:%M:%SZ")}]).to_csv(path, index=False)
     return str(path)
 
 
 def _controller(server, tmp_path, now: datetime) -> subprocess.Popen:
     args = [sys.executable, "-m", "gpuwatch", "reclaim", "--once", "--apply", "--findings",
-            _findings(tmp_path, T0 - timedelta(minutes=20)), "--db", str(tmp_path / "audit.duckdb"),
+            _findings(tmp_path, T0 - timedelta(minutes=20), as_of=now), "--db", str(tmp_path / "audit.duckdb"),
             "--kube-host", server.url, "--now", now.isoformat(), "--lease-namespace", "ml",
             "--interval", "10s"]  # lease = 2 x interval + 60 s = 80 s: a dead leader's lease expires
     return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

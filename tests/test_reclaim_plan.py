@@ -48,6 +48,7 @@ def warned(minutes_ago: float) -> dict:
 
 
 def decide(states, findings, policy=None, **kwargs):
+    kwargs.setdefault("data_as_of", NOW)
     return {(a.namespace, a.pod): a for a in plan(findings, states, policy or Policy(), NOW, **kwargs)}
 
 
@@ -73,7 +74,7 @@ def decide(states, findings, policy=None, **kwargs):
     (state(notes=warned(150)), finding(idle_minutes=120), Policy(), "warn", ""),  # busy since warning
 ])
 def test_each_rule(pod, found, policy, decision, reason):
-    [action] = plan([found], [pod], policy, NOW)
+    [action] = plan([found], [pod], policy, NOW, data_as_of=NOW)
     assert action.decision == decision and reason in action.reason
 
 
@@ -187,7 +188,7 @@ def test_policy_laws(cluster, simulate):
     pods, findings, policy, recent = cluster
     by_pod = {(p.namespace, p.pod): p for p in pods}
     idle = {(f["namespace"], f["pod"]): f for f in findings if f["reclaimable_now"]}
-    actions = plan(findings, pods, policy, NOW, recent=recent, simulate_warnings=simulate)
+    actions = plan(findings, pods, policy, NOW, data_as_of=NOW, recent=recent, simulate_warnings=simulate)
     new_acts = [a for a in actions if a.decision == "act"]
     for action in actions:
         if action.decision == "skip":
@@ -223,11 +224,11 @@ def test_policy_laws(cluster, simulate):
 @given(clusters(), st.randoms(use_true_random=False))
 def test_plan_does_not_depend_on_input_order(cluster, rng: random.Random):
     pods, findings, policy, recent = cluster
-    first = plan(findings, pods, policy, NOW, recent=recent)
+    first = plan(findings, pods, policy, NOW, data_as_of=NOW, recent=recent)
     shuffled_pods, shuffled_findings = pods[:], findings[:]
     rng.shuffle(shuffled_pods)
     rng.shuffle(shuffled_findings)
-    again = plan(shuffled_findings, shuffled_pods, policy, NOW, recent=recent)
+    again = plan(shuffled_findings, shuffled_pods, policy, NOW, data_as_of=NOW, recent=recent)
     key = lambda a: (a.namespace, a.pod, a.decision)  # noqa: E731
     assert sorted(first, key=key) == sorted(again, key=key)
 
@@ -235,5 +236,25 @@ def test_plan_does_not_depend_on_input_order(cluster, rng: random.Random):
 def test_exempt_replaced_policy_field_is_honoured():
     """A protected priority class listed by the policy (not a default one) is honoured too."""
     policy = replace(Policy(), protected_priority_classes=("research-high",))
-    [action] = plan([finding()], [state(priority="research-high", notes=warned(60))], policy, NOW)
+    [action] = plan([finding()], [state(priority="research-high", notes=warned(60))], policy, NOW,
+                    data_as_of=NOW)
     assert action.decision == "skip" and "research-high" in action.reason
+
+
+def test_a_future_dated_warning_cannot_postpone_reclaim():
+    """A hand-set warning far in the future is not the controller's own (it stamps its clock):
+    it is ignored and the pod warned afresh, so the action follows one warning period later."""
+    future = {"gpuwatch.io/reclaim-warning": rfc3339(NOW + timedelta(days=365))}
+    [action] = plan([finding()], [state(notes=future)], Policy(), NOW, data_as_of=NOW)
+    assert action.decision == "warn" and action.warning_value == ""
+    skew = {"gpuwatch.io/reclaim-warning": rfc3339(NOW + timedelta(minutes=1))}  # clock skew: kept
+    [action] = plan([finding()], [state(notes=skew)], Policy(), NOW, data_as_of=NOW)
+    assert action.decision == "skip" and "acts after" in action.reason
+
+
+def test_the_built_in_protected_namespaces_stay_protected_under_a_custom_list():
+    pods = [state(ns="kube-system"), state("q", ns="finance")]
+    got = decide(pods, [finding(ns="kube-system"), finding("q", ns="finance")],
+                 Policy(protected_namespaces=("finance",)))
+    assert {k: a.decision for k, a in got.items()} == {("kube-system", "p"): "skip", ("finance", "q"): "skip"}
+    assert all("protected" in a.reason for a in got.values())

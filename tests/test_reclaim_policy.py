@@ -77,3 +77,41 @@ def test_durations(text, seconds):
 def test_business_hours_are_time_zone_aware(utc, inside):
     rules = policy.parse(yaml.safe_load("business_hours: {timezone: Europe/Berlin}"))
     assert rules.business_hours.contains(utc) is inside
+
+
+# -- issue 12 hardening -------------------------------------------------------------------------
+
+def test_protected_namespaces_add_to_the_built_in_set_never_replace_it(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("protected_namespaces: [finance]\n")
+    rules = policy.load(path)
+    assert {"kube-system", "kube-public", "kube-node-lease", "finance"} <= set(rules.protected_namespaces)
+    # even a Policy built in code without them keeps the built-ins protected
+    assert "kube-system" in policy.Policy(protected_namespaces=("finance",)).protected
+
+
+def test_unquoted_times_parse_as_times_not_yaml_1_1_base_60(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("business_hours:\n  timezone: UTC\n  start: 08:30\n  end: 18:00\n")
+    hours = policy.load(path).business_hours
+    assert (hours.start.hour, hours.start.minute, hours.end.hour) == (8, 30, 18)
+    with pytest.raises(policy.PolicyError, match=r"business_hours'.end: expected a time of day .*got 1080"):
+        policy.parse({"business_hours": {"end": 1080}}, source="p.yaml")  # what plain safe_load makes of 18:00
+
+
+@pytest.mark.parametrize("value", [0, "0s", "4m", 299])
+def test_warning_seconds_below_the_documented_minimum_is_refused(value):
+    with pytest.raises(policy.PolicyError, match=r"key 'warning_seconds': must be at least 300 s"):
+        policy.parse({"warning_seconds": value}, source="p.yaml")
+    assert policy.parse({"warning_seconds": "5m"}).warning_seconds == policy.MIN_WARNING_SECONDS == 300
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    ("warning_seconds: 30m\nmin_idle_seconds: 15m\nwarning_seconds: 5m\n", "warning_seconds"),
+    ("business_hours:\n  start: '09:00'\n  start: '10:00'\n", "start"),
+])
+def test_duplicate_keys_are_errors_naming_the_key(tmp_path, text, key):
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    with pytest.raises(policy.PolicyError, match=rf"p\.yaml: key '{key}' appears twice \(lines"):
+        policy.load(path)

@@ -36,7 +36,7 @@ class _Run:
     cluster: object
     policy: Policy
     now: datetime
-    still_idle: Callable[[Action], bool] | None
+    still_idle: Callable[[Action], str] | None
     notify: Callable[[str, str], None] | None
 
     @property
@@ -45,9 +45,12 @@ class _Run:
 
 
 def apply(actions: Sequence[Action], cluster, dry_run: bool = True, *, now: datetime, run_id: str,
-          policy: Policy, still_idle: Callable[[Action], bool] | None = None,
+          policy: Policy, still_idle: Callable[[Action], str] | None = None,
           notify: Callable[[str, str], None] | None = None) -> list[dict]:
-    """Carry out ``actions`` (or, in dry-run, only record them); returns reclaim_audit rows."""
+    """Carry out ``actions`` (or, in dry-run, only record them); returns reclaim_audit rows.
+
+    ``still_idle(action)`` is asked right before each write: '' when the latest data (fresh at
+    that moment) still shows the same idle run, else the reason not to write."""
     run = _Run(cluster, policy, now, still_idle, notify)
     rows, down = [], ""
     for action in actions:
@@ -151,8 +154,9 @@ def _recheck(run: _Run, action: Action, *, need_warning: bool) -> list[dict]:
         if ((owner or {}).get("metadata", {}).get("annotations") or {}).get(EXEMPT_ANNOTATION) == "never":
             raise Changed(f"{kind} {owner_name} is now exempt")
         pods.append(pod)
-    if run.still_idle is not None and not run.still_idle(action):
-        raise Changed("no longer idle in the latest data")
+    why = run.still_idle(action) if run.still_idle is not None else ""
+    if why:
+        raise Changed(why)
     return pods
 
 

@@ -41,6 +41,13 @@ def row(action: Action, *, now: datetime, run_id: str, dry_run: bool, result: st
     }
 
 
+def run_row(*, now: datetime, run_id: str, dry_run: bool, reason: str) -> dict:
+    """One audit row for a whole pass that decided nothing (e.g. findings of unknown age)."""
+    action = Action(decision="skip", action="none", namespace="", pod="", owner_kind="",
+                    owner_name="", team="", reason=reason)
+    return row(action, now=now, run_id=run_id, dry_run=dry_run, result="skipped")
+
+
 def ensure_table(con: Any) -> None:
     """Create reclaim_audit when missing (exactly the contract's columns)."""
 

@@ -21,6 +21,7 @@ from gpuwatch import analyses, store
 from gpuwatch.analyses import params as analysis_params
 from gpuwatch.reclaim import audit
 from gpuwatch.reclaim.apply import apply
+from gpuwatch.reclaim.freshness import AS_OF_COLUMN, csv_as_of, stale_reason
 from gpuwatch.reclaim.kube import KubeError, Unreachable
 from gpuwatch.reclaim.lease import Elector
 from gpuwatch.reclaim.plan import plan
@@ -65,7 +66,9 @@ def run_once(settings: Settings, con: Any, cluster: Any = None, *, metrics: Any 
     """One reconcile pass. ``cluster`` None (or unreachable) plans from the store alone."""
     run_id = ("replay-" if settings.until else "") + uuid.uuid4().hex[:12]
     wall = settings.now or settings.clock()
-    findings, as_of = load_findings(con, settings)
+    findings, as_of, problem = load_findings(con, settings)
+    if problem:
+        log.error("findings of unknown age, no actions this pass: %s", problem)
     states, note = None, ""
     if cluster is not None:
         try:
@@ -83,11 +86,13 @@ def run_once(settings: Settings, con: Any, cluster: Any = None, *, metrics: Any 
         note = note or "no cluster configured"
     consulted = cluster is not None and not note
     now = settings.now or (wall if consulted else (as_of or wall))
-    actions = plan(findings, states, settings.policy, now, data_as_of=as_of,
+    actions = plan(findings, states, settings.policy, now, data_as_of=as_of, as_of_problem=problem,
                    recent=audit.recent(con, now=now, dry_run=not settings.apply),
                    simulate_warnings=not settings.apply, assume_opted_in=settings.assume_opted_in)
     rows = apply(actions, cluster, dry_run=not settings.apply, now=now, run_id=run_id,
                  policy=settings.policy, still_idle=_still_idle(con, settings), notify=settings.notify)
+    if problem and not rows:  # nothing to skip one by one: the pass itself is recorded
+        rows = [audit.run_row(now=now, run_id=run_id, dry_run=not settings.apply, reason=problem)]
     audit.write(con, rows)
     if metrics is not None:
         metrics.observe(rows)
@@ -136,23 +141,39 @@ def replay(settings: Settings, con: Any, *, step: timedelta, start: datetime | N
     return results
 
 
-def load_findings(con: Any, settings: Settings) -> tuple[Any, datetime | None]:
-    """idle_hoarding findings and the time of the latest sample they rest on."""
+def load_findings(con: Any, settings: Settings) -> tuple[Any, datetime | None, str]:
+    """idle_hoarding findings, the time of the latest sample they rest on, and why that time is
+    unknown ('' when known). A CSV's time is its ``data_as_of`` column (``gpuwatch analyze``)."""
     import pandas as pd
 
     if settings.findings_csv:
-        return pd.read_csv(settings.findings_csv), None
-
+        frame = _read_csv(settings.findings_csv)
+        if frame is None:
+            return pd.DataFrame(columns=["namespace", "pod"]), None, \
+                f"{settings.findings_csv}: cannot read the findings file"
+        as_of, problem = csv_as_of(frame, source=settings.findings_csv)
+        return frame, as_of, problem
     _, last = store.data_range(con)
     if last is None:
-        return pd.DataFrame(columns=list(analyses.header("idle_hoarding").columns)), None
+        return pd.DataFrame(columns=list(analyses.header("idle_hoarding").columns)), None, ""
     if settings.until is not None:
         last = min(last, settings.until.replace(tzinfo=None) - timedelta(microseconds=1))
     start, end = analysis_params.window(last, length=settings.window,
                                         end=settings.until.replace(tzinfo=None) if settings.until else None)
     bound = analysis_params.params(start, end, idle_below=settings.policy.idle_below,
                                    min_idle_run_seconds=settings.policy.min_idle_seconds)
-    return analyses.run(con, "idle_hoarding", **bound), as_utc(last)
+    return analyses.run(con, "idle_hoarding", **bound), as_utc(last), ""
+
+
+def _read_csv(path: str) -> Any:
+    """The findings CSV as a frame, or None (logged) when it is missing or unreadable."""
+    import pandas as pd
+
+    try:
+        return pd.read_csv(path, dtype={AS_OF_COLUMN: str})
+    except (OSError, ValueError) as exc:  # missing, empty or malformed: nothing is known
+        log.error("cannot read findings %s (%s): no actions this pass", path, exc)
+        return None
 
 
 def store_pods(con: Any, as_of: datetime) -> list[PodState]:
@@ -165,22 +186,29 @@ def store_pods(con: Any, as_of: datetime) -> list[PodState]:
             for r in as_records(rows)]
 
 
-def _still_idle(con: Any, settings: Settings) -> Callable[[Action], bool]:
-    """Re-read the latest data (once per pass, lazily) and confirm the same idle run continues."""
+def _still_idle(con: Any, settings: Settings) -> Callable[[Action], str]:
+    """Re-read the latest data (once per pass, lazily): '' when the same idle run continues on
+    data fresh *now*, else why not. The as-of time is checked against the clock read at write
+    time, so re-reading a stale file is never taken as proof of freshness."""
     fresh: dict = {}
 
-    def check(action: Action) -> bool:
+    def check(action: Action) -> str:
         if "rows" not in fresh:
-            findings, _ = load_findings(con, settings)
+            findings, fresh["as_of"], fresh["problem"] = load_findings(con, settings)
             fresh["rows"] = {(r["namespace"], r["pod"]): r for r in as_records(findings)}
+        now = settings.now or settings.clock()
+        unfit = fresh["problem"] or stale_reason(fresh["as_of"], now,
+                                                 max_age_seconds=settings.policy.max_data_age_seconds)
+        if unfit:
+            log.error("re-check before %s %s: %s", action.decision, action.owner_key, unfit)
+            return unfit
         for pod in action.pods:
             row = fresh["rows"].get((action.namespace, pod))
-            if row is None or not flag(row.get("reclaimable_now", True)):
-                return False
-            since = as_utc(row.get("idle_since"))
-            if since is None or (action.idle_since and since > action.idle_since):
-                return False
-        return True
+            since = as_utc(row.get("idle_since")) if row else None
+            if row is None or not flag(row.get("reclaimable_now", True)) or since is None \
+                    or (action.idle_since and since > action.idle_since):
+                return f"pod {pod} is no longer idle in the latest data"
+        return ""
 
     return check
 

@@ -1,7 +1,8 @@
 """plan(findings, pods, policy, now) -> actions: the controller's whole decision, pure.
 
 A pod is reclaimed only when every rule passes, in this order (the first failing rule is the
-skip reason): fresh data, namespace not protected, namespace opted in, no exemption annotation,
+skip reason): fresh data (of known age: unknown is no action), namespace not protected (the
+built-in set plus the policy's), namespace opted in, no exemption annotation,
 priority class not protected, owner kind allowed, owner not already stopped, idle long enough
 (the arbiter), warned at least ``warning_seconds`` ago, inside business hours, and within the
 hourly rate limits. Owner-level actions (scale, suspend, stop) need *every* GPU pod of the owner
@@ -16,6 +17,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from gpuwatch.reclaim import EXEMPT_ANNOTATION, OPT_IN_LABEL, WARNING_ANNOTATION
+from gpuwatch.reclaim.freshness import SKEW_SECONDS, stale_reason
 from gpuwatch.reclaim.policy import Policy, default_arbiter
 from gpuwatch.reclaim.records import Action, PodState, as_records, as_utc, by_key, flag, number
 
@@ -24,7 +26,7 @@ Recent = tuple[datetime, str, str]  # (when, team, owner key) of an action alrea
 
 
 def plan(findings, pods: Iterable[PodState], policy: Policy, now: datetime, *,
-         data_as_of: datetime | None = None, recent: Sequence[Recent] = (),
+         data_as_of: datetime | None = None, as_of_problem: str = "", recent: Sequence[Recent] = (),
          arbiter: Arbiter = default_arbiter, simulate_warnings: bool = False,
          assume_opted_in: bool = False) -> list[Action]:
     """Decide, for every idle finding and every warned pod, what to do now.
@@ -33,6 +35,8 @@ def plan(findings, pods: Iterable[PodState], policy: Policy, now: datetime, *,
     ``reclaimable_now`` true (or, without that column, an ``idle_since``). ``pods``: cluster state.
     ``simulate_warnings`` (dry-run counterfactual): a pod with no warning annotation is treated as
     warned when its idle run reached ``min_idle_seconds``, as a live controller would have done.
+    ``data_as_of``: the latest sample the findings rest on; None (or an ``as_of_problem`` saying
+    why it is unknown) or older than ``max_data_age_seconds`` means no warn, act or clear at all.
     """
     now = as_utc(now)
     states = by_key(pods)
@@ -40,9 +44,13 @@ def plan(findings, pods: Iterable[PodState], policy: Policy, now: datetime, *,
     for f in rows.values():  # parse once; every rule below reads the parsed value
         f["idle_since"] = as_utc(f.get("idle_since"))
     idle = {key: f for key, f in rows.items() if _idle_now(f)}
-    ctx = _Context(policy, now, as_utc(data_as_of), arbiter, simulate_warnings, assume_opted_in)
+    ctx = _Context(policy, now, arbiter, simulate_warnings, assume_opted_in)
+    unfit = as_of_problem or stale_reason(data_as_of, now, max_age_seconds=policy.max_data_age_seconds)
     verdicts = [ctx.verdict(finding, states.get(key)) for key, finding in sorted(idle.items())]
     verdicts += [ctx.clear(s, rows.get(s.key)) for s in states.values() if _needs_clear(s, idle, ctx)]
+    if unfit:  # no write of any kind (warn, act, clear) on data of unknown or excessive age
+        verdicts = [a if a.decision == "skip" else _replace(a, "skip", f"{unfit} (was: {a.decision}, "
+                                                               f"{a.reason})", "none") for a in verdicts]
     return _limit(_group(verdicts, states), policy, now, recent)
 
 
@@ -57,12 +65,12 @@ def _needs_clear(state: PodState, idle: dict, ctx: _Context) -> bool:
 
 
 class _Context:
-    def __init__(self, policy, now, data_as_of, arbiter, simulate_warnings, assume_opted_in):
-        self.policy, self.now, self.data_as_of, self.arbiter = policy, now, data_as_of, arbiter
+    def __init__(self, policy, now, arbiter, simulate_warnings, assume_opted_in):
+        self.policy, self.now, self.arbiter = policy, now, arbiter
         self.simulate_warnings, self.assume_opted_in = simulate_warnings, assume_opted_in
 
     def opted_in(self, state: PodState) -> bool:
-        if state.namespace in self.policy.protected_namespaces:
+        if state.namespace in self.policy.protected:
             return False
         labelled = state.namespace_labels.get(OPT_IN_LABEL) == "enabled"
         return self.assume_opted_in or labelled or state.namespace in self.policy.namespaces
@@ -93,9 +101,7 @@ class _Context:
 
     def _blocked(self, state: PodState, finding: dict, idle_seconds: float) -> str:
         policy = self.policy
-        if self.data_as_of and (self.now - self.data_as_of).total_seconds() > policy.max_data_age_seconds:
-            return f"data is stale: latest sample {_hhmm(self.data_as_of)} is older than max_data_age_seconds"
-        if state.namespace in policy.protected_namespaces:
+        if state.namespace in policy.protected:
             return f"namespace {state.namespace} is protected"
         if not self.opted_in(state):
             return f"namespace not opted in (label {OPT_IN_LABEL}=enabled or policy namespaces)"
@@ -121,6 +127,10 @@ class _Context:
             warned_at = None  # a hand-edited, unparseable warning: warn again (never act on it)
         if warned_at is not None and warned_at < idle_since:
             warned_at = None  # activity after the warning: the old warning no longer counts
+        if warned_at is not None and warned_at > self.now + timedelta(seconds=SKEW_SECONDS):
+            # the controller stamps its own clock, so a future time was not written by it: a
+            # hand-set far-future warning would postpone reclaim for ever; warn again instead
+            warned_at, value = None, ""
         if warned_at is None and self.simulate_warnings:
             warned_at = idle_since + timedelta(seconds=self.policy.min_idle_seconds)
         return warned_at, value

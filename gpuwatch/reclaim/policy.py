@@ -14,10 +14,18 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import yaml
+
+from gpuwatch.reclaim.policy_yaml import DuplicateKey, read_yaml
+
 ACTIONS = ("stop_notebook", "scale_to_zero", "suspend_job", "evict_pod")
 BUILTIN_KINDS = {"Notebook": "stop_notebook", "Deployment": "scale_to_zero",
                  "StatefulSet": "scale_to_zero", "Job": "suspend_job", "Pod": "evict_pod"}
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+# Never touched whatever a policy says: protected_namespaces adds to these, never replaces them.
+BUILTIN_PROTECTED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
+# A warning must give people time to react: a shorter warning_seconds is refused.
+MIN_WARNING_SECONDS = 300.0
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
@@ -57,7 +65,7 @@ class Policy:
     """What the controller may do. Defaults are the safe ones (DESIGN §5 thresholds)."""
 
     namespaces: tuple[str, ...] = ()
-    protected_namespaces: tuple[str, ...] = ("kube-system", "kube-public", "kube-node-lease")
+    protected_namespaces: tuple[str, ...] = BUILTIN_PROTECTED_NAMESPACES
     protected_priority_classes: tuple[str, ...] = ("system-cluster-critical", "system-node-critical")
     idle_below: float = 0.05
     min_idle_seconds: float = 900.0
@@ -70,6 +78,11 @@ class Policy:
     webhooks: dict[str, str] = field(default_factory=dict)
     team_label: str = "team"
     max_data_age_seconds: float = 900.0
+
+    @property
+    def protected(self) -> frozenset[str]:
+        """Every protected namespace: the built-in ones always, plus the policy's."""
+        return frozenset(BUILTIN_PROTECTED_NAMESPACES) | frozenset(self.protected_namespaces)
 
     def action_for(self, kind: str) -> str | None:
         """The action for an owner kind, or None when the policy does not cover it."""
@@ -84,11 +97,11 @@ def default_arbiter(*, candidate: Any, idle_seconds: float, policy: Policy, now:
 
 
 def load(path: str | Path) -> Policy:
-    """Read and validate a YAML policy file."""
-    import yaml
-
+    """Read and validate a YAML policy file (duplicate keys are errors; 18:00 is a time)."""
     try:
-        raw = yaml.safe_load(Path(path).read_text()) or {}
+        raw = read_yaml(Path(path).read_text()) or {}
+    except DuplicateKey as exc:
+        raise PolicyError(f"{path}: {exc}") from None
     except (OSError, yaml.YAMLError) as exc:
         raise PolicyError(f"{path}: cannot read policy: {exc}") from exc
     return parse(raw, source=str(path))
@@ -103,6 +116,9 @@ def parse(raw: Any, *, source: str = "policy") -> Policy:
     if unknown:
         raise PolicyError(f"{source}: unknown key {unknown[0]!r}; known keys: {', '.join(sorted(known))}")
     values = {key: _PARSERS[key](value, f"{source}: key {key!r}") for key, value in raw.items()}
+    if "protected_namespaces" in values:  # adds to the built-in set, never replaces it
+        values["protected_namespaces"] = tuple(dict.fromkeys(BUILTIN_PROTECTED_NAMESPACES
+                                                             + values["protected_namespaces"]))
     policy = Policy(**values)
     bad = [k for k in policy.owner_kinds if policy.action_for(k) is None]
     if bad:
@@ -147,8 +163,10 @@ def _text(value: Any, where: str) -> str:
 
 
 def _clock(value: Any, where: str) -> time:
+    if not isinstance(value, str):  # e.g. 1080: a YAML 1.1 reader took 18:00 for base-60 minutes
+        raise PolicyError(f"{where}: expected a time of day like '09:00' (quoted), got {value!r}")
     try:
-        return time.fromisoformat(str(value))
+        return time.fromisoformat(value.strip())
     except ValueError:
         raise PolicyError(f"{where}: expected a time of day like '09:00', got {value!r}") from None
 
@@ -209,10 +227,18 @@ def _seconds(value: Any, where: str) -> float:
     return seconds
 
 
+def _warning_seconds(value: Any, where: str) -> float:
+    seconds = duration(value, where)
+    if seconds < MIN_WARNING_SECONDS:
+        raise PolicyError(f"{where}: must be at least {MIN_WARNING_SECONDS:.0f} s (5m) so people can "
+                          f"react to the warning, got {value!r}")
+    return seconds
+
+
 _PARSERS = {
     "namespaces": _strings, "protected_namespaces": _strings,
     "protected_priority_classes": _strings, "idle_below": _ratio,
-    "min_idle_seconds": _seconds, "warning_seconds": duration,
+    "min_idle_seconds": _seconds, "warning_seconds": _warning_seconds,
     "max_actions_per_hour": _count, "max_actions_per_team_per_hour": _count,
     "business_hours": _business_hours, "owner_kinds": _strings, "custom_kinds": _custom_kinds,
     "webhooks": _webhooks, "team_label": _text, "max_data_age_seconds": _seconds,

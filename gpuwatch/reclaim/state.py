@@ -8,6 +8,7 @@ custom kind (RayCluster, ...), or the bare Pod itself.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -17,8 +18,10 @@ from gpuwatch.reclaim import (
     RECLAIMED_ANNOTATION,
     WARNING_ANNOTATION,
 )
+from gpuwatch.reclaim.kube import KubeError
 from gpuwatch.reclaim.records import PodState
 
+log = logging.getLogger(__name__)
 GPU_RESOURCE_PREFIX = "nvidia.com/"  # nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-*
 PARENTS = {"ReplicaSet": "Deployment", "StatefulSet": "Notebook"}  # owner kinds worth walking up to
 
@@ -32,12 +35,25 @@ def snapshot(cluster: Any, namespaces: Iterable[str], *, team_label: str = "team
         ns_obj = cluster.read("Namespace", "", namespace)
         if ns_obj is None:
             continue
-        for pod in cluster.pods(namespace):
+        for pod in _pods(cluster, namespace):
             if not _relevant(pod):
                 continue
             kind, name, owner = resolve_owner(cluster, pod, cache)
             states.append(pod_state(pod, ns_obj, kind, name, owner, team_label=team_label))
     return states
+
+
+def _pods(cluster: Any, namespace: str) -> list[dict]:
+    """The namespace's pods; none (logged) where the controller may not read them: with the
+    chart's reclaim.rbac.namespaces it holds a Role only in the namespaces listed there."""
+    try:
+        return cluster.pods(namespace)
+    except KubeError as exc:
+        if exc.status != 403:
+            raise
+        log.warning("namespace %s is opted in but not readable (HTTP 403: outside the controller's "
+                    "RBAC scope); its pods are left alone", namespace)
+        return []
 
 
 def opted_in_namespaces(cluster: Any) -> list[str]:

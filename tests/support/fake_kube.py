@@ -9,6 +9,8 @@ the ``eviction`` subresource of Pods (policy/v1; 429 when a PodDisruptionBudget 
 disruption). Every request is recorded in ``.log`` as ``Request(method, path, body, ...)``.
 Fault injection: ``fail(method, path_part, status, times)`` answers an error instead, and
 ``stall_after(method, path_part)`` applies a write then blocks the response (a crash window).
+RBAC: ``FakeKube(rbac=Rbac(...))`` answers 403 to any request the given ClusterRole and Role
+rules do not grant, and ``access(request)`` names what a request needs (group, resource, verb).
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ class Request:
 class FakeKube:
     """The server: ``with FakeKube() as kube: kube.add(obj); kube.url``."""
 
-    def __init__(self) -> None:
+    def __init__(self, rbac: Rbac | None = None) -> None:
+        self.rbac = rbac
         self.objects: dict[tuple[str, str, str], dict] = {}  # (plural, namespace, name) -> object
         self.log: list[Request] = []
         self.faults: list[dict] = []
@@ -192,6 +195,47 @@ class FakeKube:
         return 200, _scale(updated) if sub == "scale" else copy.deepcopy(updated)
 
 
+@dataclass(frozen=True)
+class Access:
+    """What one request needs from RBAC."""
+
+    group: str
+    resource: str  # "pods", or "pods/eviction" for a subresource
+    verb: str
+    namespace: str
+    name: str
+
+
+def access(request: Request) -> Access:
+    """The RBAC (group, resource, verb) a recorded request needs, as the API server decides it."""
+    parts = [p for p in request.path.split("/") if p]
+    group = "" if parts[0] == "api" else parts[1]
+    plural, namespace, name, sub = _route(request.path)
+    verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(request.method)
+    if verb is None:
+        verb = "get" if name else ("watch" if request.query.get("watch") else "list")
+    return Access(group, f"{plural}/{sub}" if sub else plural, verb, namespace, name)
+
+
+@dataclass
+class Rbac:
+    """ClusterRole rules (everywhere) and Role rules per namespace, as rendered by the chart."""
+
+    cluster: list[dict] = field(default_factory=list)
+    namespaced: dict[str, list[dict]] = field(default_factory=dict)
+
+    def allows(self, request: Request) -> bool:
+        need = access(request)
+        rules = self.cluster + (self.namespaced.get(need.namespace, []) if need.namespace else [])
+        return any(_grants(rule, need) for rule in rules)
+
+
+def _grants(rule: dict, need: Access) -> bool:
+    names = rule.get("resourceNames") or []
+    return (need.group in rule["apiGroups"] and need.resource in rule["resources"]
+            and need.verb in rule["verbs"] and (not names or need.name in names))
+
+
 def merge_patch(target, patch):
     """RFC 7386 JSON merge patch (strategic merge is the same for the maps the controller patches)."""
     if not isinstance(patch, dict):
@@ -245,7 +289,9 @@ def _handler(kube: FakeKube):
                               parse_qs(url.query))
             kube.log.append(request)
             fault = kube._fault(method, url.path)
-            if isinstance(fault, int) and not isinstance(fault, bool):
+            if kube.rbac is not None and not kube.rbac.allows(request):
+                status, payload = 403, _status(403, "Forbidden", f"RBAC denies {access(request)}")
+            elif isinstance(fault, int) and not isinstance(fault, bool):
                 status, payload = fault, _status(fault, "Injected", "injected fault")
             else:
                 status, payload = kube.handle(method, url.path, copy.deepcopy(body),

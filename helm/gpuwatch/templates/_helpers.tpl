@@ -127,3 +127,63 @@ affinity:
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The reclaim controller's namespaced rules (ClusterRole, or a Role per reclaim.rbac.namespaces
+entry): get/list for a dry run; patch, eviction and Events only with reclaim.apply. Exactly the
+calls gpuwatch/reclaim makes: tests/test_helm_reclaim_rbac.py compares them with the API log. */}}
+{{- define "gpuwatch.reclaimRules" -}}
+{{- $write := .apply -}}
+- apiGroups: [""]
+  resources: [pods]
+  {{- /* a dry run lists pods; only the re-check before a write reads one by name */}}
+  verbs: [{{ if $write }}get, {{ end }}list{{ if $write }}, patch{{ end }}]
+- apiGroups: [apps]
+  resources: [replicasets]
+  verbs: [get]
+- apiGroups: [apps]
+  resources: [deployments, statefulsets]
+  verbs: [get{{ if $write }}, patch{{ end }}]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get{{ if $write }}, patch{{ end }}]
+- apiGroups: [kubeflow.org]
+  resources: [notebooks]
+  verbs: [get{{ if $write }}, patch{{ end }}]
+- apiGroups: [ray.io]
+  resources: [rayclusters]
+  verbs: [get]
+{{- if $write }}
+- apiGroups: [""]
+  resources: [pods/eviction]
+  verbs: [create]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end }}
+{{- with .rbac.extraRules }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* A NetworkPolicy selecting one component's pods: (dict "ctx" $ctx "types" (list ...)
+"ingress" rules "egress" rules). A listed type with no rules denies that direction. */}}
+{{- define "gpuwatch.networkPolicy" }}
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: {{ include "gpuwatch.componentName" .ctx }}
+  namespace: {{ .ctx.root.Release.Namespace }}
+  labels:
+    {{- include "gpuwatch.labels" .ctx | nindent 4 }}
+spec:
+  podSelector:
+    matchLabels:
+      {{- include "gpuwatch.selectorLabels" .ctx | nindent 6 }}
+  policyTypes: {{ toJson .types }}
+  {{- if has "Ingress" .types }}
+  ingress: {{ toJson (.ingress | default list) }}
+  {{- end }}
+  {{- if has "Egress" .types }}
+  egress: {{ toJson (.egress | default list) }}
+  {{- end }}
+{{- end }}
