@@ -9,8 +9,7 @@ import socket
 import sys
 from datetime import timedelta
 
-from gpuwatch import store
-from gpuwatch.analyses.params import parse_duration
+from gpuwatch import store, units
 from gpuwatch.reclaim import controller, kube, owners, policy, summary
 from gpuwatch.reclaim.apply import record_restore
 from gpuwatch.reclaim.notify import webhook_notifier
@@ -97,21 +96,21 @@ def _reconcile(args) -> int:
     rules = policy.load(args.policy) if args.policy else policy.Policy()
     settings = controller.Settings(
         policy=rules, findings_csv=args.findings, apply=args.apply,
-        window=parse_duration(args.window), assume_opted_in=args.assume_opted_in,
-        now=as_utc(args.now) if args.now else None, leader_elect=not args.no_leader_elect,
+        window=_duration(args.window, what="--window"), assume_opted_in=args.assume_opted_in,
+        now=as_utc(units.parse_utc(args.now, what="--now")) if args.now else None, leader_elect=not args.no_leader_elect,
         lease_namespace=args.lease_namespace, lease_name=args.lease_name,
-        lease_seconds=int(2 * parse_duration(args.interval).total_seconds()) + 60,
+        lease_seconds=int(2 * _duration(args.interval, what="--interval").total_seconds()) + 60,
         identity=f"{socket.gethostname()}-{os.getpid()}", notify=webhook_notifier(rules.webhooks))
     con = store.connect(args.db)
     metrics = ReclaimMetrics()
     if args.metrics_listen:
         metrics.serve(args.metrics_listen)
     if args.replay:
-        return _replay(settings, con, step=parse_duration(args.replay))
+        return _replay(settings, con, step=_duration(args.replay, what="--replay"))
     connect = (lambda: None) if args.no_cluster else _connector(args, rules)
     if not args.once:
         controller.loop(settings, con, connect, metrics=metrics,
-                        interval_seconds=parse_duration(args.interval).total_seconds())
+                        interval_seconds=_duration(args.interval, what="--interval").total_seconds())
         return 0
     result = controller.run_once(settings, con, controller._connect(connect), metrics=metrics)
     print(summary.render(result, apply=args.apply))
@@ -157,3 +156,7 @@ def _restore(args) -> int:
     record_restore(cluster, con, namespace=namespace, kind=kind, name=name, detail=done)
     print(f"{namespace}/{kind}/{name}: {done}")
     return 0
+
+
+def _duration(text: str, *, what: str) -> timedelta:
+    return timedelta(seconds=units.parse_duration(text, what=what))

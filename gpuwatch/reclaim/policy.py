@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
+from gpuwatch import units
 from gpuwatch.reclaim.policy_yaml import DuplicateKey, read_yaml
 
 ACTIONS = ("stop_notebook", "scale_to_zero", "suspend_job", "evict_pod")
@@ -26,8 +27,6 @@ DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 BUILTIN_PROTECTED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
 # A warning must give people time to react: a shorter warning_seconds is refused.
 MIN_WARNING_SECONDS = 300.0
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
 
 class PolicyError(ValueError):
@@ -128,14 +127,15 @@ def parse(raw: Any, *, source: str = "policy") -> Policy:
 
 
 def duration(value: Any, where: str) -> float:
-    """Seconds from a number or a string like ``15m``, ``1h``, ``90s``."""
+    """Seconds from a number or a string like ``15m``, ``1h``, ``90s`` (gpuwatch.units' one parser)."""
     if isinstance(value, bool):
         raise PolicyError(f"{where}: expected a duration (seconds or '15m'), got {value!r}")
-    match = _DURATION.match(str(value))
-    if not match:
-        raise PolicyError(f"{where}: expected a duration (seconds or '15m'), got {value!r}")
-    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-    return seconds
+    try:
+        return units.parse_duration(str(value), what=where)
+    except units.UsageError:
+        if re.fullmatch(r"0+(\.0*)?[smhdw]?", str(value).strip()):
+            return 0.0  # a zero duration: the key's own rule says why that is refused
+        raise PolicyError(f"{where}: expected a duration (seconds or '15m'), got {value!r}") from None
 
 
 def _strings(value: Any, where: str) -> tuple[str, ...]:
