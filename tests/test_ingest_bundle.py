@@ -164,3 +164,47 @@ def test_linked_parquet_stages_the_same_as_a_copy(tmp_path):
     pd.testing.assert_frame_equal(tables[0], tables[1])
     with pytest.raises(store.BundleError, match="linked"):  # a linked store is not copied into
         store.load_bundle(con, SAMPLE_DATA)
+
+
+@pytest.mark.parametrize(("ts", "row"), [
+    (["2026-11-09T00:00:00Z", "9999-12-31T00:00:00Z", "2026-11-09T00:02:00Z"], 2),  # used to crash analyze
+    (["2026-11-09T00:00:00Z", "2026-11-09T00:01:00Z", "2100-01-01T00:00:00Z"], 3),  # used to move the window
+    (["1999-12-31T23:59:00Z", "2026-11-09T00:01:00Z", "2026-11-09T00:02:00Z"], 1),
+    ([1794182400, 4102444800, 1794182520], 2),  # epoch seconds in 2100
+    ([1794182400, 1794182460, 1794182], 3),  # epoch seconds in 1970 (a .prom-style unit slip)
+])
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_timestamps_outside_the_sane_range_are_refused_in_every_format(tmp_path, ts, row, fmt):
+    """Regression: one far-off timestamp used to crash `analyze` or hijack the default window, and a
+    2-row bundle spanning 2026->2100 deleted the store's samples in between."""
+    con = store.connect(None)
+    store.load_bundle(con, _bundle(tmp_path / "good", samples=_samples(5)))
+    before = con.execute("SELECT count(*) FROM samples").fetchall()
+    frame = _samples().assign(ts=ts)
+    if fmt == "parquet" and isinstance(ts[0], str):
+        frame["ts"] = pd.to_datetime(frame["ts"], utc=True, format="ISO8601", errors="coerce")
+        if frame["ts"].isna().any():
+            pytest.skip("pandas cannot hold year 9999 as a timestamp; the CSV case covers it")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    frame.to_csv(bad / "samples.csv", index=False) if fmt == "csv" else frame.to_parquet(bad / "samples.parquet")
+    with pytest.raises(store.BundleError, match=rf"column 'ts', row {row}: bad timestamp .*outside 2000-01-01"):
+        store.load_bundle(con, bad)
+    assert con.execute("SELECT count(*) FROM samples").fetchall() == before
+
+
+def test_timestamps_outside_the_sane_range_are_refused_from_frames():
+    con = store.connect(None)
+    frame = _samples().assign(ts=pd.to_datetime(["2026-11-09T00:00:00", "2026-11-09T00:01:00", "2100-01-01T00:00:00"], utc=True))
+    with pytest.raises(store.BundleError, match=r"column 'ts', row 3: bad timestamp .*outside"):
+        store.load(con, {"samples": frame}, source="prometheus")
+
+
+def test_float32_epoch_timestamps_are_refused(tmp_path):
+    frame = _samples().assign(ts=pd.Series([1794182400, 1794182460, 1794182520], dtype="float32"))
+    (tmp_path / "b").mkdir()
+    frame.to_parquet(tmp_path / "b" / "samples.parquet")
+    with pytest.raises(store.BundleError, match="column 'ts' holds float32 epoch seconds"):
+        store.load_bundle(store.connect(None), tmp_path / "b")
+    with pytest.raises(store.BundleError, match="column 'ts' holds float32 epoch seconds"):
+        store.load(store.connect(None), {"samples": frame}, source="frames")

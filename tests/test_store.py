@@ -1,7 +1,7 @@
 """The store's staging rules, on a real DuckDB: each rule gets a small hand-written bundle.
 
-Checks: duplicates and out-of-order timestamps, NaN/negative readings -> NULL, percent GPU_UTIL
-(dcgm-exporter's 0-100) -> ratio, ratios > 1 clamped and flagged, reported/effective derivation
+Checks: duplicates and out-of-order timestamps, NaN/negative readings -> NULL, ratios never rescaled
+from values (a percent in a ratio column is refused), ratios slightly > 1 clamped and flagged, reported/effective derivation
 (effective unknown stays NULL, never 0), the series step, GPU share and price per sample (MIG by
 slices / 7 or a profile price row, time-sliced pods by gpu_count), idempotent re-loads.
 """
@@ -53,19 +53,29 @@ def test_nan_inf_and_negative_readings_become_null_not_zero(con):
         assert pd.isna(row[column]), column
 
 
-def test_percent_gpu_util_from_dcgm_exporter_is_scaled_per_node(con):
+def test_a_saturated_gpu_beside_idle_ones_stays_saturated(con):
+    """Regression: staging used to guess percent per node (whole numbers 0/1 -> /100), so a GPU at
+    exactly 1.0 on a node whose other GPUs read 0 became 0.01 and was staged idle."""
     def rows(node, gpu, values):
         return [{"ts": T0 + pd.Timedelta(minutes=i), "gpu_util": v, "node": node, "gpu_uuid": gpu, "pod": gpu}
                 for i, v in enumerate(values)]
 
-    samples = (rows("pct", "GPU-a", (0, 45, 100)) + rows("pct", "GPU-idle", (0, 0.3, 0.7))  # same exporter: percent
-               + rows("ones", "GPU-b", (0, 1, 0)) + rows("ratio", "GPU-c", (0.0, 0.45, 1.0)))
+    samples = (rows("n1", "GPU-busy", (1.0, 1.0, 1.0)) + rows("n1", "GPU-idle", (0, 0, 0))
+               + rows("n2", "GPU-b", (0, 1, 0)) + rows("n3", "GPU-c", (0.0, 0.45, 1.02)))
     store.load(con, {"samples": _samples(samples)}, source="test")
     stg = _stg(con, "gpu_uuid, ts").groupby("gpu_uuid")["gpu_util"].apply(list)
-    assert stg["GPU-a"] == [0.0, 0.45, 1.0]
-    assert stg["GPU-idle"] == pytest.approx([0.0, 0.003, 0.007])  # idle, though every value is <= 1
-    assert stg["GPU-b"] == [0.0, 0.01, 0.0]  # whole numbers 0/1 only: percent
-    assert stg["GPU-c"] == [0.0, 0.45, 1.0]
+    assert stg["GPU-busy"] == [1.0, 1.0, 1.0]
+    assert stg["GPU-idle"] == [0.0, 0.0, 0.0]
+    assert stg["GPU-b"] == [0.0, 1.0, 0.0]
+    assert stg["GPU-c"] == pytest.approx([0.0, 0.45, 1.0])  # one stray 1.02 is clamped, not a unit
+
+
+@pytest.mark.parametrize("column,value", [("gpu_util", 45.0), ("tensor_active", 1.2), ("sm_active", 30.0)])
+def test_a_percent_in_a_ratio_column_is_refused(con, column, value):
+    samples = _samples([{"ts": T0, column: 0.5}, {"ts": T0 + pd.Timedelta(minutes=1), column: value}])
+    with pytest.raises(store.BundleError, match=rf"column '{column}', row 2: {value!r} is above 1"):
+        store.load(con, {"samples": samples}, source="test")
+    assert con.execute("SELECT count(*) FROM samples").fetchall()[0][0] == 0
 
 
 def test_ratios_above_one_are_clamped_and_flagged(con):
@@ -195,3 +205,15 @@ def test_a_store_from_0_1_0_is_restaged_when_opened(tmp_path):
     assert again.execute("SELECT table_type FROM information_schema.tables WHERE table_name = 'stg_samples'"
                          ).fetchone()[0] == "VIEW"
     assert again.execute("SELECT pod, reported FROM stg_samples").fetchall() == [("p", 0.1)]
+
+
+def test_one_device_far_ahead_does_not_move_the_end_of_the_data(con):
+    """Regression: the default window ended at max(ts), so one device a day ahead (clock skew, a
+    unit slip that still passes the range check) moved "the last 7 days" past everyone's data."""
+    rows = [{"ts": T0 + pd.Timedelta(minutes=m), "gpu_uuid": f"GPU-{g}", "gpu_util": 0.5}
+            for g in range(12) for m in range(3)]
+    rows.append({"ts": T0 + pd.Timedelta(hours=20), "gpu_uuid": "GPU-0", "gpu_util": 0.5})
+    store.load(con, {"samples": _samples(rows)}, source="test")
+    first, last = store.data_range(con)
+    assert first == T0
+    assert last == T0 + pd.Timedelta(minutes=2)

@@ -299,6 +299,7 @@ def _log(con: Any, *, source: str, window, counts: dict[str, int]) -> None:
 
 
 def data_range(con: Any) -> tuple[datetime | None, datetime | None]:
-    """First and last timestamp of the data held (samples, else pod allocations); UTC, naive."""
+    """First timestamp of the data held and the end of its bulk (range.sql: the 90th percentile of
+    the devices' last samples, so one device's outlier cannot move the default window); UTC, naive."""
     first, last = con.execute(_script("range.sql")).fetchone()
     return first, last

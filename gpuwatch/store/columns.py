@@ -14,11 +14,17 @@ from dataclasses import dataclass
 
 from gpuwatch.model import BUNDLE_COLUMNS
 from gpuwatch.store.validate import (
+    EARLIEST_EPOCH,
+    FLOAT32_MESSAGE,
     FLOATS,
+    FUTURE_SLACK_SECONDS,
     INTEGERS,
     NON_NEGATIVE,
+    RATIO_LIMITS,
+    RATIO_MESSAGE,
     REQUIRED,
     TIMESTAMPS,
+    TS_MESSAGE,
     BundleError,
     check_column_names,
 )
@@ -28,6 +34,7 @@ _NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "
             "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE")
 _TARGET = {"devices": {"fb_total_bytes": "BIGINT"}}
 _INVALID = "gpuwatch: invalid bundle row"
+_LATEST = f"(epoch(current_timestamp) + {FUTURE_SLACK_SECONDS})"  # one day after now
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,8 @@ def is_invalid_row(exc: BaseException) -> bool:
 def _column(name: str, column: str, source: str | None, *, file: str) -> tuple[str, list[Rule]]:
     x = _quote(column)
     if column in TIMESTAMPS.get(name, ()):
+        if source == "FLOAT":
+            raise BundleError(f"{file}: column {column!r} {FLOAT32_MESSAGE}")
         return ("CAST(NULL AS TIMESTAMP)", []) if source is None else _timestamp(column, x, source)
     numeric = column in INTEGERS.get(name, ()) or column in FLOATS.get(name, ())
     if not numeric:
@@ -111,6 +120,8 @@ def _column(name: str, column: str, source: str | None, *, file: str) -> tuple[s
     if column in NON_NEGATIVE.get(name, ()):
         rules.append(Rule(column, f"{n} < 0", n,
                           "negative value {raw} (a count, size or price cannot be negative)"))
+    if name == "samples" and column in RATIO_LIMITS:
+        rules.append(Rule(column, f"{n} > {RATIO_LIMITS[column]}", n, RATIO_MESSAGE))
     if not integer:
         return n, rules
     rules.append(Rule(column, f"NOT isnan({n}) AND (isinf({n}) OR {n} <> round({n}))", n, "{raw} is not a whole number"))
@@ -120,23 +131,30 @@ def _column(name: str, column: str, source: str | None, *, file: str) -> tuple[s
 
 
 def _timestamp(column: str, x: str, source: str) -> tuple[str, list[Rule]]:
-    """UTC TIMESTAMP from timestamps (naive = UTC), epoch seconds, or ISO-8601 text."""
+    """UTC TIMESTAMP from timestamps (naive = UTC), epoch seconds, or ISO-8601 text; every form is
+    held to 2000-01-01 .. now + 1 day."""
+    value, rules = _timestamp_value(column, x, source)
+    outside = f"(epoch({value}) < {EARLIEST_EPOCH} OR epoch({value}) > {_LATEST})"
+    return value, [*rules, Rule(column, outside, x, TS_MESSAGE)]
+
+
+def _timestamp_value(column: str, x: str, source: str) -> tuple[str, list[Rule]]:
     if source.startswith("TIMESTAMP WITH TIME ZONE") or source.startswith("TIMESTAMPTZ"):
         return f"CAST(CAST({x} AS TIMESTAMPTZ) AS TIMESTAMP)", []
     if source.startswith("TIMESTAMP") or source == "DATE":
         return f"CAST({x} AS TIMESTAMP)", []
-    epoch_message = "bad timestamp {raw} (epoch seconds expected; milliseconds?)"
+    in_range = f"BETWEEN {EARLIEST_EPOCH} AND {_LATEST}"
     if source in _NUMERIC:
         n = f"CAST({x} AS DOUBLE)"
-        rules = [Rule(column, f"NOT isnan({n}) AND NOT ({n} BETWEEN 1e8 AND 4.2e9)", x, epoch_message)]
-        return f"CASE WHEN {n} BETWEEN 1e8 AND 4.2e9 THEN CAST(to_timestamp({n}) AS TIMESTAMP) END", rules
+        rules = [Rule(column, f"NOT isnan({n}) AND NOT ({n} {in_range})", x, TS_MESSAGE)]
+        return f"CASE WHEN {n} {in_range} THEN CAST(to_timestamp({n}) AS TIMESTAMP) END", rules
     text = f"nullif(trim(CAST({x} AS VARCHAR)), '')"
     n, iso = f"TRY_CAST({text} AS DOUBLE)", f"TRY_CAST({text} AS TIMESTAMPTZ)"
-    rules = [Rule(column, f"NOT isnan({n}) AND NOT ({n} BETWEEN 1e8 AND 4.2e9)", x, epoch_message),
+    rules = [Rule(column, f"NOT isnan({n}) AND NOT ({n} {in_range})", x, TS_MESSAGE),
              Rule(column, f"{text} IS NOT NULL AND {n} IS NULL AND NOT coalesce(isfinite({iso}), FALSE)", x,
                   "bad timestamp {raw} (ISO-8601 or epoch seconds)")]
     value = (f"CASE WHEN {n} IS NULL THEN CAST({iso} AS TIMESTAMP) "
-             f"WHEN {n} BETWEEN 1e8 AND 4.2e9 THEN CAST(to_timestamp({n}) AS TIMESTAMP) END")
+             f"WHEN {n} {in_range} THEN CAST(to_timestamp({n}) AS TIMESTAMP) END")
     return value, rules
 
 

@@ -78,30 +78,22 @@ SELECT * FROM final;
 -- Analyses aggregate stg_sample_rows by the dense integer stream_id and join stg_streams after (about
 -- 3x cheaper than grouping 20M rows by strings); stg_samples joins them back into one wide view.
 
--- Raw keys, one pass over the samples. dcgm-exporter's GPU_UTIL is 0-100: a node (one exporter)
--- whose gpu_util ever exceeds 1, or whose values are all whole numbers including a 1, reports
--- percent. Judged per node, not per device, because a mostly idle device in percent (0, 0.3, 0.7 ...)
--- looks exactly like a busy one in ratios. Stream ids follow (node, gpu_uuid, mig_gi_id, namespace,
--- pod) order, so a node range is a stream range.
+-- Raw keys, one pass over the samples. Units are never guessed from values here: every reader
+-- converts from the unit its source declares and the bundle contract says ratios (a bundle gpu_util
+-- above 1 is refused at load). Stream ids follow (node, gpu_uuid, mig_gi_id, namespace, pod) order,
+-- so a node range is a stream range.
 CREATE OR REPLACE MACRO stg_stream_aliases_for() AS TABLE
 WITH raw_keys AS (
     SELECT node, gpu_uuid, mig_gi_id, namespace, pod,
-           count(*) AS samples, max(util) AS max_util, bool_and(util = round(util)) AS whole_util
-    FROM (SELECT node, gpu_uuid, mig_gi_id, namespace, pod,
-                 CASE WHEN isfinite(gpu_util) AND gpu_util >= 0 THEN gpu_util END AS util
-          FROM samples)
+           count(*) AS samples
+    FROM samples
     GROUP BY ALL
-),
-percent_nodes AS (
-    SELECT node FROM raw_keys GROUP BY node
-    HAVING max(max_util) > 1 OR (bool_and(whole_util) AND max(max_util) = 1)
 ),
 keyed AS (
     SELECT r.node, r.gpu_uuid, r.mig_gi_id, r.samples,
            r.namespace AS raw_namespace, r.pod AS raw_pod,
-           nullif(trim(r.namespace), '') AS namespace, nullif(trim(r.pod), '') AS pod,
-           p.node IS NOT NULL AS percent_util
-    FROM raw_keys r LEFT JOIN percent_nodes p ON p.node = r.node
+           nullif(trim(r.namespace), '') AS namespace, nullif(trim(r.pod), '') AS pod
+    FROM raw_keys r
 ),
 final AS (
     SELECT *,
@@ -141,7 +133,7 @@ SELECT * FROM final;
 CREATE TABLE IF NOT EXISTS stg_streams AS SELECT * FROM stg_streams_for() LIMIT 0;
 
 -- Rows: clean values, one row per (stream, ts), units as ratios 0-1 (DESIGN §5). Every rule here is
--- per node (dedup keys, series and the percent judgement all include the node), so the macro takes a
+-- per node (dedup keys and series include the node), so the macro takes a
 -- node range [node_lo, node_hi] (NULL = open): refresh() runs it a few nodes at a time, keeping each
 -- window sort in memory, and the result is the same as one pass over every node.
 -- dedup := FALSE skips the duplicate merge; only for a range refresh() has checked has no duplicates.
@@ -150,8 +142,7 @@ WITH cleaned AS NOT MATERIALIZED (
     -- NaN, ±inf and negative readings are missing, never 0; negative rates are counter resets
     SELECT a.stream_id, s.ts,
            nullif(trim(s.container), '') AS container,
-           CASE WHEN isfinite(s.gpu_util) AND s.gpu_util >= 0
-                THEN CASE WHEN a.percent_util THEN s.gpu_util / 100.0 ELSE s.gpu_util END END AS gpu_util,
+           CASE WHEN isfinite(s.gpu_util) AND s.gpu_util >= 0 THEN s.gpu_util END AS gpu_util,
            CASE WHEN isfinite(s.gr_engine_active) AND s.gr_engine_active >= 0 THEN s.gr_engine_active END AS gr_engine_active,
            CASE WHEN isfinite(s.sm_active) AND s.sm_active >= 0 THEN s.sm_active END AS sm_active,
            CASE WHEN isfinite(s.sm_occupancy) AND s.sm_occupancy >= 0 THEN s.sm_occupancy END AS sm_occupancy,

@@ -7,6 +7,8 @@ Negative or NaN *readings* (samples) are not errors: staging turns them into NUL
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pandas as pd
 
 from gpuwatch.model import BUNDLE_COLUMNS
@@ -31,8 +33,22 @@ FLOATS = {
 # Counts, sizes and prices: a negative value is a broken bundle, not a reading to drop.
 NON_NEGATIVE = {"devices": INTEGERS["devices"], "pods": ("gpu_count",), "prices": ("usd_per_gpu_hour",),
                 "samples": ("mig_gi_id",)}
-# Epoch seconds between 1973 and 2100; milliseconds or nanoseconds fall outside.
-_EPOCH_RANGE = (1e8, 4.2e9)
+# Timestamps from 2000-01-01 to one day after now: milliseconds, seconds in a .prom file, a typo'd
+# year or a far-future outlier fall outside and are refused (one of them would move every window).
+EARLIEST_EPOCH = 946_684_800.0  # 2000-01-01T00:00:00Z
+FUTURE_SLACK_SECONDS = 86_400.0
+# Ratio columns are 0-1; above the limit is a percent or a broken reader, not a reading. SM_ACTIVE
+# may exceed 1 on MIG instances (DCGM reports it so): staging clamps and counts those.
+RATIO_LIMITS = {"gpu_util": 1.05, "gr_engine_active": 1.05, "sm_occupancy": 1.05, "tensor_active": 1.05,
+                "dram_active": 1.05, "sm_active": 1.5}
+RATIO_MESSAGE = "{raw} is above 1: ratio columns hold 0-1 (a percent must be converted by its reader)"
+TS_MESSAGE = "bad timestamp {raw}: outside 2000-01-01 .. now + 1 day (epoch seconds expected; milliseconds?)"
+FLOAT32_MESSAGE = "holds float32 epoch seconds, which are off by up to a minute today; write float64 or integers"
+
+
+def latest_epoch() -> float:
+    """The latest acceptable timestamp, epoch seconds: one day after now."""
+    return datetime.now(UTC).timestamp() + FUTURE_SLACK_SECONDS
 
 
 class BundleError(ValueError):
@@ -89,6 +105,10 @@ def _coerce(name: str, column: str, raw: pd.Series, where: _Where) -> pd.Series:
             if negative.any():
                 raise BundleError(f"{where.at(negative)}: negative value {float(values[negative].iloc[0])!r} "
                                   f"(a count, size or price cannot be negative)")
+        if name == "samples" and column in RATIO_LIMITS:
+            above = (values > RATIO_LIMITS[column]).to_numpy()
+            if above.any():
+                raise BundleError(f"{where.at(above)}: " + RATIO_MESSAGE.format(raw=float(values[above].iloc[0])))
         if column in INTEGERS.get(name, ()):
             fractional = (values.notna() & (values != values.round())).to_numpy()
             if fractional.any():
@@ -114,17 +134,27 @@ def _numbers(raw: pd.Series, where: _Where) -> pd.Series:
 
 
 def _timestamps(raw: pd.Series, where: _Where) -> pd.Series:
-    """UTC naive datetime64 from datetimes, epoch seconds, or ISO-8601 text."""
+    """UTC naive datetime64 from datetimes, epoch seconds, or ISO-8601 text, within the sane range."""
+    if raw.dtype == "float32":
+        raise BundleError(f"{where.file}: column {where.column!r} {FLOAT32_MESSAGE}")
+    stamps = _parse_timestamps(raw, where)
+    epoch = (stamps - pd.Timestamp("1970-01-01")).dt.total_seconds()
+    outside = (epoch.notna() & ((epoch < EARLIEST_EPOCH) | (epoch > latest_epoch()))).to_numpy()
+    if outside.any():
+        raise BundleError(f"{where.at(outside)}: " + TS_MESSAGE.format(raw=repr(raw[outside].iloc[0])))
+    return stamps
+
+
+def _parse_timestamps(raw: pd.Series, where: _Where) -> pd.Series:
     if pd.api.types.is_datetime64_any_dtype(raw):
         stamps = pd.to_datetime(raw, utc=True)
         return stamps.dt.tz_convert("UTC").dt.tz_localize(None).astype("datetime64[us]")
     text = raw.astype("string").str.strip()
     present = (raw.notna() & (text != "")).to_numpy()
     numbers = pd.to_numeric(raw if pd.api.types.is_numeric_dtype(raw) else text, errors="coerce")
-    out_of_range = (numbers.notna() & ((numbers < _EPOCH_RANGE[0]) | (numbers > _EPOCH_RANGE[1]))).to_numpy()
+    out_of_range = (numbers.notna() & ((numbers < EARLIEST_EPOCH) | (numbers > latest_epoch()))).to_numpy()
     if out_of_range.any():
-        raise BundleError(f"{where.at(out_of_range)}: bad timestamp {raw[out_of_range].iloc[0]!r} "
-                          f"(epoch seconds expected; milliseconds?)")
+        raise BundleError(f"{where.at(out_of_range)}: " + TS_MESSAGE.format(raw=repr(raw[out_of_range].iloc[0])))
     stamps = pd.to_datetime(numbers, unit="s", utc=True)
     textual = present & numbers.isna().to_numpy()
     if textual.any():

@@ -31,6 +31,7 @@ def genai_frames(shared_data: Path) -> dict[str, pd.DataFrame]:
     """Alibaba GenAI serving trace as a bundle: duty cycle (%) -> gpu_util, memory -> fb_used_bytes."""
     base = shared_data / "alibaba_v2026_genai"
     duty = pd.read_csv(base / "pod_gpu_duty_cycle_anon.csv").rename(columns={"value": "gpu_util"})
+    duty["gpu_util"] = duty["gpu_util"] / 100.0  # the trace's README: duty cycle in percent; bundles hold ratios
     memory = pd.read_csv(base / "pod_gpu_memory_used_bytes_anon.csv").rename(columns={"value": "fb_used_bytes"})
     samples = duty.merge(memory, on=["timestamp_anon", "container_ip"], how="outer")
     samples = samples.rename(columns={"timestamp_anon": "ts", "container_ip": "pod"})
