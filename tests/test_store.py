@@ -217,3 +217,24 @@ def test_one_device_far_ahead_does_not_move_the_end_of_the_data(con):
     first, last = store.data_range(con)
     assert first == T0
     assert last == T0 + pd.Timedelta(minutes=2)
+
+
+def test_a_load_replaces_only_the_series_it_carries(con):
+    """Regression: a load deleted every sample between its first and last timestamp, whatever the
+    node, so ingesting node B's scrape removed node A's samples at that instant."""
+    def rows(node, gpu, minutes, util):
+        return [{"ts": T0 + pd.Timedelta(minutes=m), "node": node, "gpu_uuid": gpu, "gpu_util": util} for m in minutes]
+
+    store.load(con, {"samples": _samples(rows("a", "GPU-a", range(10), 0.1) + rows("b", "GPU-b", range(10), 0.2))},
+               source="first")
+    store.load(con, {"samples": _samples(rows("b", "GPU-b", range(3, 6), 0.9))}, source="node b again")
+    kept = con.execute("SELECT node, count(*), sum(gpu_util) FROM samples GROUP BY node ORDER BY node").fetchall()
+    assert kept[0] == ("a", 10, pytest.approx(1.0))  # node a untouched
+    assert kept[1] == ("b", 10, pytest.approx(7 * 0.2 + 3 * 0.9))  # b's minutes 3-5 replaced, the rest kept
+    store.load(con, {"samples": _samples(rows("b", "GPU-b", range(3, 6), 0.9))}, source="re-sent")
+    assert con.execute("SELECT count(*) FROM samples").fetchall()[0][0] == 20  # a re-sent load is idempotent
+
+
+def test_an_unknown_bundle_table_is_an_error(con):
+    with pytest.raises(store.BundleError, match="unknown bundle file 'sample'"):
+        store.load(con, {"sample": _samples([{"ts": T0}])}, source="test")

@@ -1,0 +1,184 @@
+"""Loading bundle data into the store: in-memory frames (the ingest readers) and bundle directories.
+
+One path for both: rows are typed and checked by DuckDB (columns.py, naming file, column and row),
+small tables are upserted by key, and samples replace only the series they carry: for each device
+(node, gpu_uuid, mig_gi_id) in the load, that device's stored samples between its own first and
+last new timestamp (replace_series.sql). Another node's samples, or this device's outside that
+range, are never touched. Everything happens in one transaction: a failed load leaves the store
+exactly as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gpuwatch.model import BUNDLE_COLUMNS
+from gpuwatch.store import bundle, columns
+from gpuwatch.store.columns import ROW
+from gpuwatch.store.staged import refresh, script
+from gpuwatch.store.validate import BundleError, check_bundle_name
+
+# Upsert keys; NULL MIG ids compare equal (IS NOT DISTINCT FROM).
+KEYS = {"devices": ("node", "gpu_uuid", "mig_gi_id"), "pods": ("namespace", "pod", "pod_uid"),
+        "prices": ("gpu_model",)}
+
+
+def load(con: Any, frames: dict, *, source: str, window: tuple[datetime, datetime] | None = None) -> dict[str, int]:
+    """Check and load ``frames`` (bundle name -> DataFrame) in one transaction; rows per table.
+
+    ``window`` is what the reader asked for (Prometheus' query range), recorded in ingest_log."""
+    for name in frames:
+        check_bundle_name(name, file=f"{source}:{name}")
+    parts = {name: ([lambda c, f=frame, label=f"{source}:{name}": _frame_view(c, f, label=label)], f"{source}:{name}")
+             for name, frame in frames.items()}
+    return _load(con, parts, source=source, window=window)
+
+
+def load_bundle(con: Any, path: str | Path, *, window: tuple[datetime, datetime] | None = None,
+                progress: bool | None = False) -> dict[str, int]:
+    """Load a bundle directory (any subset of its files); DuckDB checks, types and inserts it."""
+    files = bundle.find_files(path)
+    parts = {name: (bundle.parts(file), str(file)) for name, file in files.items()}
+    return _load(con, parts, source=str(path), window=window)
+
+
+def link_bundle(con: Any, path: str | Path) -> dict[str, int]:
+    """Like load_bundle, but samples stay in the bundle's Parquet: ``samples`` becomes a view over the
+    files (checked once, here), and only the staged table is materialised (large fleets). The files
+    must stay where they are; linking again replaces the link."""
+    files = bundle.find_files(path)
+    samples = files.get("samples")
+    if samples is None or not (samples.suffix == ".parquet" or samples.is_dir()):
+        raise BundleError(f"{path}: --link needs samples as Parquet (samples.parquet or a samples/ directory)")
+    counts = dict.fromkeys(BUNDLE_COLUMNS, 0)
+    with _transaction(con):
+        for name, file in files.items():
+            if name != "samples":
+                counts[name] = sum(_insert_part(con, name, part, file=str(file)) for part in bundle.parts(file))
+        view, types = next(bundle.parts(samples))(con)
+        values, rules = columns.plan("samples", types, file=str(samples))
+        bad = columns.first_bad(con, view, rules)
+        if bad is not None:
+            raise bad
+        con.execute("DROP TABLE IF EXISTS samples")
+        con.execute(f"CREATE OR REPLACE VIEW samples AS SELECT {', '.join(values)} FROM {bundle.parquet_source(samples)}")
+        counts["samples"] = con.execute("SELECT count(*) FROM samples").fetchall()[0][0]
+        _log(con, source=f"{path} (linked)", window=None, counts=counts)
+        refresh(con)
+    return counts
+
+
+def _load(con: Any, parts: dict[str, tuple[Iterator, str]], *, source: str, window) -> dict[str, int]:
+    counts = dict.fromkeys(BUNDLE_COLUMNS, 0)
+    with _transaction(con):
+        for name, (pieces, file) in parts.items():
+            if name != "samples":
+                counts[name] = sum(_insert_part(con, name, part, file=file) for part in pieces)
+        if "samples" in parts:
+            _check_not_linked(con)
+            pieces, file = parts["samples"]
+            for i, part in enumerate(pieces):
+                counts["samples"] += _insert_part(con, "samples", part, file=file, append=i > 0)
+            carried = _replace_carried(con)
+            window = window or carried
+        _log(con, source=source, window=window, counts=counts)
+        refresh(con)
+    return counts
+
+
+def _insert_part(con: Any, name: str, part, *, file: str, append: bool = False) -> int:
+    """Type and check one part of a file in one statement; small tables are upserted by key, samples
+    gather in ``incoming_samples`` until every part is checked."""
+    import duckdb
+
+    view, types = part(con)
+    values, rules = columns.plan(name, types, file=file)
+    select = f"SELECT {', '.join(values)}, {ROW} FROM {view} WHERE {columns.guard(rules)}"
+    target = "incoming_samples" if name == "samples" else "incoming"
+    try:
+        if append:
+            return con.execute(f"INSERT INTO {target} {select}").fetchall()[0][0]
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {target} AS {select}")
+    except duckdb.Error as exc:
+        if not columns.is_invalid_row(exc):
+            raise
+
+        def diagnose(original=exc):
+            again, _ = part(con)
+            return columns.first_bad(con, again, rules) or original
+        raise _Invalid(diagnose) from exc
+    if name == "samples":
+        return con.execute(f"SELECT count(*) FROM {target}").fetchall()[0][0]
+    try:
+        return _upsert_incoming(con, name)
+    finally:
+        con.execute("DROP TABLE incoming")
+
+
+def _upsert_incoming(con: Any, name: str) -> int:
+    # the last row of a key wins, as in a file read top to bottom
+    keys = ", ".join(KEYS[name])
+    con.execute(f"CREATE OR REPLACE TEMP TABLE incoming AS SELECT * EXCLUDE ({ROW}) FROM incoming "
+                f"QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY {ROW} DESC) = 1")
+    match = " AND ".join(f"t.{k} IS NOT DISTINCT FROM i.{k}" for k in KEYS[name])
+    con.execute(f"DELETE FROM {name} t USING incoming i WHERE {match}")
+    return con.execute(f"INSERT INTO {name} SELECT * FROM incoming").fetchall()[0][0]
+
+
+def _replace_carried(con: Any) -> tuple[datetime, datetime] | None:
+    """Delete the stored samples the new ones replace (replace_series.sql), insert the new ones;
+    returns the overall first and last new timestamp."""
+    con.execute(script("replace_series.sql"))
+    con.execute(f"INSERT INTO samples SELECT * EXCLUDE ({ROW}) FROM incoming_samples")
+    lo, hi = con.execute("SELECT min(ts), max(ts) FROM incoming_samples").fetchall()[0]
+    con.execute("DROP TABLE incoming_samples")
+    return None if lo is None else (lo, hi)
+
+
+def _frame_view(con: Any, frame, *, label: str) -> tuple[str, dict[str, str]]:
+    """An in-memory frame as a view with 1-based row numbers, like a bundle file's part. The label
+    is the only value written into SQL (a view holds no bound parameters); quotes are doubled."""
+    con.register("incoming_frame", frame.reset_index(drop=True))
+    quoted = "'" + label.replace("'", "''") + "'"
+    con.execute(f"CREATE OR REPLACE TEMP VIEW incoming_frame_rows AS SELECT *, "
+                f"CAST(row_number() OVER () AS BIGINT) AS {ROW}, {quoted} AS {columns.FILE} FROM incoming_frame")
+    types = {row[0]: row[1] for row in con.execute("DESCRIBE incoming_frame").fetchall()}
+    return "incoming_frame_rows", types
+
+
+def _check_not_linked(con: Any) -> None:
+    if con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'samples'").fetchall()[0][0]:
+        raise BundleError("this store's samples are linked Parquet files (ingest --link); link again instead")
+
+
+class _Invalid(Exception):
+    """A guard fired: the load is rolled back, then ``diagnose`` names the first bad row."""
+
+    def __init__(self, diagnose):
+        super().__init__("invalid bundle row")
+        self.diagnose = diagnose
+
+
+@contextmanager
+def _transaction(con: Any):
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield
+        con.execute("COMMIT")
+    except _Invalid as exc:
+        con.execute("ROLLBACK")
+        raise exc.diagnose() from None
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+def _log(con: Any, *, source: str, window, counts: dict[str, int]) -> None:
+    lo, hi = window if window is not None else (None, None)
+    con.execute("INSERT INTO ingest_log VALUES ($at, $source, $lo, $hi, $d, $s, $p, $c)",
+                {"at": datetime.now(UTC).replace(tzinfo=None), "source": source, "lo": lo, "hi": hi,
+                 "d": counts["devices"], "s": counts["samples"], "p": counts["pods"], "c": counts["prices"]})
