@@ -13,8 +13,8 @@ import itertools
 import numpy as np
 import pytest
 
-from gpuwatch import fleet as workloads
 from gpuwatch.fleet import MIG_PROFILES, build_fleet, iter_samples, readings_at
+from gpuwatch.fleet import readings as fleet_readings
 
 VALID_STARTS = {19: {0, 1, 2, 3, 4, 5, 6}, 15: {0, 2, 4, 6}, 14: {0, 2, 4}, 9: {0, 4}, 5: {0}, 0: {0}}
 
@@ -108,7 +108,7 @@ def test_mig_rows_have_no_gpu_util_and_shared_rows_no_profiling(fleet):
 
 def test_noise_is_uniform_and_stateless():
     ts = np.arange(0, 100_000, 1.0)
-    u = workloads._uniform(12345, ts)
+    u = fleet_readings._uniform(12345, ts)
     assert u.min() >= 0.0 and u.max() < 1.0
     assert abs(u.mean() - 0.5) < 0.01
-    assert workloads._uniform(12345, ts[500:501])[0] == u[500]
+    assert fleet_readings._uniform(12345, ts[500:501])[0] == u[500]

@@ -1,0 +1,85 @@
+"""What the synthetic fleet is made of: GPU models and list prices, MIG layouts, node roles and
+teams, and the Segment/Fleet records the builder fills."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuwatch import mig
+from gpuwatch.model import Device, Pod
+from gpuwatch.units import MIB
+
+GPU_SPECS: dict[str, dict] = {
+    "NVIDIA H100 80GB HBM3": {"fb": 81559 * MIB, "sms": 132, "idle_w": 70.0, "tdp_w": 700.0, "mig": "10gb"},
+    "NVIDIA A100-SXM4-80GB": {"fb": 81920 * MIB, "sms": 108, "idle_w": 55.0, "tdp_w": 400.0, "mig": "10gb"},
+}
+
+
+PRICES_USD_PER_GPU_HOUR = {"NVIDIA H100 80GB HBM3": 4.10, "NVIDIA A100-SXM4-80GB": 2.20}
+
+
+# MIG profile id -> (name on the simulated 80 GB GPUs, compute slices, memory slices); the slice
+# counts come from the one placement table (gpuwatch.mig, gpuwatch/mig.py), only the names live here.
+_MIG_NAMES_80GB = {19: "1g.10gb", 15: "1g.20gb", 14: "2g.20gb", 9: "3g.40gb", 5: "4g.40gb", 0: "7g.80gb"}
+
+
+MIG_PROFILES = {pid: (name, mig.PROFILES[pid].compute_slices, mig.PROFILES[pid].size)
+                for pid, name in _MIG_NAMES_80GB.items()}
+
+
+# Layouts as (profile id, placement start); some deliberately strand memory slices.
+MIG_LAYOUTS = (
+    ((19, 0), (19, 1), (14, 2), (9, 4)),          # all-balanced: uses every slice
+    ((19, 0), (19, 1), (19, 5)),                  # 1g left at 5 blocks any 3g at 4
+    ((9, 0), (9, 4)),
+    tuple((19, s) for s in range(7)),             # seven 1g: slice 7 stranded
+    ((5, 0), (9, 4)),
+    ((9, 0), (19, 4)),                            # 3g + one 1g: 5..7 only fit 1g/2g
+)
+
+
+NODE_ROLES = ("mixed", "train", "mig", "mixed", "shared", "train", "mixed", "mixed", "train", "mixed")
+
+
+TEAMS = {"nlp": ("nlp-train", "nlp-serving"), "vision": ("vision",), "recsys": ("recsys-prod", "recsys-exp"),
+         "research": ("research-notebooks",), "platform": ("ml-platform",)}
+
+
+PCI_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+
+
+SIGNALS = ("gpu_util", "gr_engine_active", "sm_active", "sm_occupancy", "tensor_active", "dram_active",
+           "fb_used_bytes", "power_watts", "nvlink_tx_bytes_per_second", "nvlink_rx_bytes_per_second")
+
+
+DEFAULT_START = 1_794_182_400.0  # 2026-11-09T00:00:00Z, a Monday (ISO week 2026-W46)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One device's occupant over ``[start, end)``: a pod (index into ``Fleet.pods``) or nobody."""
+
+    device: int
+    pod: int | None
+    start: float
+    end: float
+    behavior: str  # productive | hoarder | false_util | unallocated
+    kind: str  # training | inference | notebook | stalled | idle
+    share: float = 1.0  # time-sliced replica share of the GPU
+    fb_frac: float = 0.0  # memory the occupant holds, as a fraction of the device's framebuffer
+    profiling: bool = True  # DCGM/GPM profiling fields available on this node
+    multi_gpu: bool = False
+
+
+@dataclass(frozen=True)
+class Fleet:
+    seed: int
+    start: float
+    end: float
+    devices: tuple[Device, ...]
+    pods: tuple[Pod, ...]
+    segments: tuple[Segment, ...]
+    truth: tuple[dict, ...]
+
+    def nodes(self) -> list[str]:
+        return sorted({d.node for d in self.devices})
