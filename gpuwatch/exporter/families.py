@@ -11,12 +11,12 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpuwatch import __version__
-from gpuwatch.exporter.metrics import FI_FB_TOTAL, METRICS, RAW_METRICS
+from gpuwatch import __version__, fields
+from gpuwatch.exporter.metrics import METRICS, RAW_METRICS
 from gpuwatch.model import Allocation, Device
 from gpuwatch.sources import DeviceReading, Snapshot
 
-MIB = 1 << 20
+FB_TOTAL, GPU_UTIL = fields.BY_NAME["DCGM_FI_DEV_FB_TOTAL"], fields.BY_NAME["DCGM_FI_DEV_GPU_UTIL"]
 
 
 @dataclass(frozen=True)
@@ -134,8 +134,8 @@ def _device_samples(r: DeviceReading, allocations: Sequence[Allocation], host: s
     d, out = r.device, []
     labels = device_labels(d, host)
     out.append(("gpuwatch_gpu_up", labels, 0 if r.error else 1))
-    total = r.values.get(FI_FB_TOTAL)
-    total_bytes = total * MIB if total is not None and not math.isnan(total) else d.fb_total_bytes
+    total = r.values.get(FB_TOTAL.id)
+    total_bytes = total * FB_TOTAL.to_base if total is not None and not math.isnan(total) else d.fb_total_bytes
     if total_bytes:
         out.append(("gpuwatch_gpu_memory_total_bytes", labels, total_bytes))
     short = {"gpu": str(d.gpu_index), "UUID": d.gpu_uuid, "device": f"nvidia{d.gpu_index}", "modelName": d.gpu_model,
@@ -151,9 +151,9 @@ def _device_samples(r: DeviceReading, allocations: Sequence[Allocation], host: s
             "vgpu": a.vgpu or ""}, 1))
     gpu_labels = {k: v for k, v in labels.items() if k not in ("GPU_I_PROFILE", "GPU_I_ID")}
     for p in r.processes:
-        util = p.values.get(203)
+        util = p.values.get(GPU_UTIL.id)
         if util is not None and not d.is_mig:
-            out.append(("gpuwatch_process_gpu_utilization_ratio", gpu_labels | {"pid": str(p.pid)}, util / 100.0))
+            out.append(("gpuwatch_process_gpu_utilization_ratio", gpu_labels | {"pid": str(p.pid)}, util * GPU_UTIL.to_base))
     return out
 
 

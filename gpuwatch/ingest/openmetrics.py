@@ -14,7 +14,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from gpuwatch.ingest.promframes import MIB, SAMPLE_FIELDS
+from gpuwatch.ingest.promframes import SAMPLE_FIELDS
+from gpuwatch.units import MIB
 
 # family name -> list of (labels, ts array, value array)
 Families = dict[str, list[tuple[dict, np.ndarray, np.ndarray]]]

@@ -2,8 +2,9 @@
 
 Shared, pure core of ``ingest.prometheus`` (HTTP API) and ``ingest.promfile`` (saved /metrics):
 both turn what they read into ``Series`` and call ``build``. Conversions to base units happen here
-and only here: DCGM_FI_DEV_GPU_UTIL % -> ratio (/100), DCGM_FI_DEV_FB_* MiB -> bytes (x 2**20);
-power (W), profiling ratios and NVLink bytes/s are already base units. NaN/±Inf values are
+and only here, from the unit the field table (gpuwatch/fields.py) says each field is served in:
+GPU_UTIL % -> ratio, FB_* MiB -> bytes; power (W), profiling ratios and NVLink bytes/s are already
+base units. NaN/±Inf values are
 missing, never 0. Every label generation of dcgm-exporter is accepted: ``hostname`` (main after
 #655) or ``Hostname`` (releases <= 4.5.3-4.8.2), ``UUID`` or ``uuid`` (``--use-old-namespace``),
 ``pod``/``namespace``/``container`` or ``exported_*`` (Prometheus ``honorLabels: false``, which
@@ -18,6 +19,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from gpuwatch import fields
 from gpuwatch.ingest import promframes_pods
 from gpuwatch.ingest.series import (
     Context,
@@ -31,35 +33,17 @@ from gpuwatch.ingest.series import (
 from gpuwatch.model import BUNDLE_COLUMNS
 
 log = logging.getLogger(__name__)
-MIB = 1 << 20
-
-# Canonical metric name -> (samples column, factor to the base unit).
-SAMPLE_FIELDS: dict[str, tuple[str, float]] = {
-    "DCGM_FI_DEV_GPU_UTIL": ("gpu_util", 0.01),  # % -> ratio
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("gr_engine_active", 1.0),
-    "DCGM_FI_PROF_SM_ACTIVE": ("sm_active", 1.0),
-    "DCGM_FI_PROF_SM_OCCUPANCY": ("sm_occupancy", 1.0),
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("tensor_active", 1.0),
-    "DCGM_FI_PROF_DRAM_ACTIVE": ("dram_active", 1.0),
-    "DCGM_FI_DEV_FB_USED": ("fb_used_bytes", float(MIB)),  # MiB -> bytes
-    "DCGM_FI_DEV_POWER_USAGE": ("power_watts", 1.0),
-    "DCGM_FI_PROF_NVLINK_TX_BYTES": ("nvlink_tx_bytes_per_second", 1.0),
-    "DCGM_FI_PROF_NVLINK_RX_BYTES": ("nvlink_rx_bytes_per_second", 1.0),
-}
-# Series that only describe devices (capacity, MIG layout).
-DEVICE_FIELDS: dict[str, float] = {
-    "DCGM_FI_DEV_FB_FREE": float(MIB), "DCGM_FI_DEV_FB_RESERVED": float(MIB),
-    "gpuwatch_gpu_memory_total_bytes": 1.0, "gpuwatch_mig_instance_info": 1.0,
-}
+# Canonical metric name -> (samples column, factor to the base unit), from the field table.
+SAMPLE_FIELDS: dict[str, tuple[str, float]] = {f.name: (f.column, f.to_base) for f in fields.SERIES if f.column}
+# Series that only describe devices (capacity, MIG layout): name -> factor to base units.
+DEVICE_FIELDS: dict[str, float] = {f.name: f.to_base for f in fields.SERIES if f.device_column} | {
+    "gpuwatch_gpu_memory_total_bytes": 1.0, "gpuwatch_mig_instance_info": 1.0}
 # dcgm-exporter ``-o/--use-old-namespace`` (etc/1.x-compatibility-metrics.csv) names.
-OLD_NAMES: dict[str, str] = {
-    "dcgm_gpu_utilization": "DCGM_FI_DEV_GPU_UTIL", "dcgm_fb_used": "DCGM_FI_DEV_FB_USED",
-    "dcgm_fb_free": "DCGM_FI_DEV_FB_FREE", "dcgm_power_usage": "DCGM_FI_DEV_POWER_USAGE",
-} | {name.lower(): name for name in SAMPLE_FIELDS if name.startswith("DCGM_FI_PROF_")}
-# Expected unit in dcgm-exporter's HELP text ("... (in MiB)."), checked where a HELP is present.
-HELP_UNITS: dict[str, str] = {"DCGM_FI_DEV_GPU_UTIL": "%", "DCGM_FI_DEV_FB_USED": "MiB",
-                              "DCGM_FI_DEV_FB_FREE": "MiB", "DCGM_FI_DEV_FB_RESERVED": "MiB",
-                              "DCGM_FI_DEV_POWER_USAGE": "W"}
+OLD_NAMES: dict[str, str] = {f.old_name: f.name for f in fields.FIELDS if f.old_name}
+# The unit dcgm-exporter's HELP text names ("... (in MiB)."), checked where a HELP is present: a
+# series whose HELP names another unit is refused rather than converted by a guess.
+HELP_UNITS: dict[str, str] = {f.name: f.unit for f in fields.SERIES
+                              if (f.column or f.device_column) and f"(in {f.unit})" in f.help}
 SAMPLE_KEY = ("node", "gpu_uuid", "mig_gi_id", "namespace", "pod", "container")
 
 
@@ -161,7 +145,7 @@ def _capacity(row: dict) -> dict:
     total = row.get("gpuwatch_gpu_memory_total_bytes")
     if total is None and "DCGM_FI_DEV_FB_USED" in row and "DCGM_FI_DEV_FB_FREE" in row:
         mib = row["DCGM_FI_DEV_FB_USED"] + row["DCGM_FI_DEV_FB_FREE"] + row.get("DCGM_FI_DEV_FB_RESERVED", 0.0)
-        total = mib * MIB
+        total = mib * fields.BY_NAME["DCGM_FI_DEV_FB_USED"].to_base
     return {c: row.get(c) for c in BUNDLE_COLUMNS["devices"]} | {"fb_total_bytes": None if total is None else round(total)}
 
 

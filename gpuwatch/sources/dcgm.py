@@ -18,6 +18,7 @@ import os
 import sys
 from types import SimpleNamespace
 
+from gpuwatch import fields
 from gpuwatch.model import Device
 from gpuwatch.sources import DeviceReading, Snapshot, SourceOptions
 from gpuwatch.sources import nvml as nvml_source
@@ -26,11 +27,10 @@ log = logging.getLogger(__name__)
 BINDINGS_DIRS = ("/usr/share/datacenter-gpu-manager-4/bindings/python3", "/usr/local/dcgm/bindings/python3")
 MODULES = ("pydcgm", "DcgmReader", "dcgm_fields", "dcgm_structs", "dcgm_agent")
 FE_GPU, FE_GPU_I = 1, 4  # dcgm_fields.DCGM_FE_GPU / DCGM_FE_GPU_I
-FI_DRIVER_VERSION, FI_DEV_NAME, FI_FB_TOTAL = 1, 50, 250
-# Every field exporter.metrics.METRICS serves, plus driver version, GI profile name and FB total
-# (tests/test_source_dcgm.py keeps this in step with METRICS; sources may not import the exporter).
-WATCHED_FIELD_IDS = (1, 50, 100, 101, 140, 150, 155, 156, 202, 203, 204, 206, 207, 230, 250, 251, 252, 253,
-                     449, 526, 393, 394, 395, 1001, 1002, 1003, 1004, 1005, 1009, 1010, 1011, 1012)
+FI_DRIVER_VERSION, FI_DEV_NAME, FI_FB_TOTAL = (fields.fid(n) for n in (
+    "DCGM_FI_DRIVER_VERSION", "DCGM_FI_DEV_NAME", "DCGM_FI_DEV_FB_TOTAL"))
+# Every field of the table: the series the exporter serves plus driver version, GI profile name, FB total.
+WATCHED_FIELD_IDS = tuple(f.id for f in fields.FIELDS)
 # dcgmvalue.py sentinels (Python sees int fields as int64): BLANK, +1 NOT_FOUND, +2 NOT_SUPPORTED,
 # +3 NOT_PERMISSIONED
 INT64_BLANK, FP64_BLANK = 0x7FFFFFFFFFFFFFF0, 140737488355328.0

@@ -5,15 +5,30 @@ No pynvml here (nvml.py holds every pynvml call); fed captured payloads in tests
 
 from __future__ import annotations
 
+from gpuwatch.fields import fid
 from gpuwatch.model import Device
 from gpuwatch.sources import DeviceReading, ProcessReading, Snapshot
+from gpuwatch.units import MIB
 
-MIB = 1 << 20
-# GPM metric id (pynvml NVML_GPM_METRIC_*) -> (raw key, DCGM field id, scale to DCGM units)
-GPM_METRICS = {1: ("graphics_util", 1001, 0.01), 2: ("sm_util", 1002, 0.01), 3: ("sm_occupancy", 1003, 0.01),
-               5: ("any_tensor_util", 1004, 0.01), 10: ("dram_bw_util", 1005, 0.01),
-               20: ("pcie_tx_mib_s", 1009, MIB), 21: ("pcie_rx_mib_s", 1010, MIB),
-               61: ("nvlink_tx_mib_s", 1011, MIB), 60: ("nvlink_rx_mib_s", 1012, MIB)}
+# GPM metric id (pynvml NVML_GPM_METRIC_*) -> (raw key, DCGM field, scale to DCGM units): GPM gives
+# percentages where DCGM serves ratios, and MiB/s where DCGM serves bytes/s.
+_GPM = {1: ("graphics_util", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.01), 2: ("sm_util", "DCGM_FI_PROF_SM_ACTIVE", 0.01),
+        3: ("sm_occupancy", "DCGM_FI_PROF_SM_OCCUPANCY", 0.01),
+        5: ("any_tensor_util", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 0.01),
+        10: ("dram_bw_util", "DCGM_FI_PROF_DRAM_ACTIVE", 0.01),
+        20: ("pcie_tx_mib_s", "DCGM_FI_PROF_PCIE_TX_BYTES", MIB), 21: ("pcie_rx_mib_s", "DCGM_FI_PROF_PCIE_RX_BYTES", MIB),
+        61: ("nvlink_tx_mib_s", "DCGM_FI_PROF_NVLINK_TX_BYTES", MIB),
+        60: ("nvlink_rx_mib_s", "DCGM_FI_PROF_NVLINK_RX_BYTES", MIB)}
+GPM_METRICS = {gpm_id: (key, fid(name), scale) for gpm_id, (key, name, scale) in _GPM.items()}
+# GPM rates that are GPU-wide (served on the whole GPU, not on MIG instances), and integers in DCGM
+_GPU_WIDE_RATES = frozenset(fid(n) for n in ("DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES",
+                                             "DCGM_FI_PROF_NVLINK_TX_BYTES", "DCGM_FI_PROF_NVLINK_RX_BYTES"))
+GPU_UTIL, MEM_COPY_UTIL = fid("DCGM_FI_DEV_GPU_UTIL"), fid("DCGM_FI_DEV_MEM_COPY_UTIL")
+FB_TOTAL, FB_FREE, FB_USED = fid("DCGM_FI_DEV_FB_TOTAL"), fid("DCGM_FI_DEV_FB_FREE"), fid("DCGM_FI_DEV_FB_USED")
+_GPU_WIDE = {"sm_clock_mhz": fid("DCGM_FI_DEV_SM_CLOCK"), "mem_clock_mhz": fid("DCGM_FI_DEV_MEM_CLOCK"),
+             "temperature_c": fid("DCGM_FI_DEV_GPU_TEMP"), "energy_mj": fid("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"),
+             "xid": fid("DCGM_FI_DEV_XID_ERRORS")}
+POWER = fid("DCGM_FI_DEV_POWER_USAGE")
 
 
 def mig_profile_name(device_name: str) -> str:
@@ -45,7 +60,7 @@ def _gpu_readings(gpu: dict, node: str) -> list[DeviceReading]:
     if not gpu.get("mig"):
         values = shared | _memory(gpu["memory"]) | _gpm(gpu.get("gpm"))
         if gpu.get("utilization"):
-            values |= {203: gpu["utilization"]["gpu"], 204: gpu["utilization"]["memory"]}
+            values |= {GPU_UTIL: gpu["utilization"]["gpu"], MEM_COPY_UTIL: gpu["utilization"]["memory"]}
         return [DeviceReading(parent, values, processes=_processes(gpu.get("processes") or []))]
     out = []
     for gi in gpu["mig"]:  # GPU-wide fields repeated on every instance, as dcgm-exporter does
@@ -60,21 +75,20 @@ def _gpu_readings(gpu: dict, node: str) -> list[DeviceReading]:
 
 
 def _gpu_wide_values(gpu: dict) -> dict:
-    pairs = {100: gpu.get("sm_clock_mhz"), 101: gpu.get("mem_clock_mhz"), 150: gpu.get("temperature_c"),
-             156: gpu.get("energy_mj"), 230: gpu.get("xid"),
-             155: None if gpu.get("power_mw") is None else gpu["power_mw"] / 1000.0}
-    return {fid: v for fid, v in pairs.items() if v is not None}
+    pairs = {field: gpu.get(key) for key, field in _GPU_WIDE.items()}
+    pairs[POWER] = None if gpu.get("power_mw") is None else gpu["power_mw"] / 1000.0
+    return {field: v for field, v in pairs.items() if v is not None}
 
 
 def _memory(mem: dict) -> dict:
-    return {250: mem["total"] // MIB, 251: mem["free"] // MIB, 252: mem["used"] // MIB}
+    return {FB_TOTAL: mem["total"] // MIB, FB_FREE: mem["free"] // MIB, FB_USED: mem["used"] // MIB}
 
 
 def _gpm(gpm: dict | None, *, mig: bool = False) -> dict:
     out = {}
-    for key, fid, scale in GPM_METRICS.values():
-        if gpm and gpm.get(key) is not None and not (mig and fid >= 1009):  # link/PCIe rates are GPU-wide
-            out[fid] = int(gpm[key] * scale) if fid >= 1009 else gpm[key] * scale
+    for key, field, scale in GPM_METRICS.values():
+        if gpm and gpm.get(key) is not None and not (mig and field in _GPU_WIDE_RATES):
+            out[field] = int(gpm[key] * scale) if field in _GPU_WIDE_RATES else gpm[key] * scale
     return out
 
 
@@ -83,9 +97,9 @@ def _processes(procs: list[dict]) -> tuple[ProcessReading, ...]:
     for p in procs:
         values = {}
         if p.get("sm_util") is not None:
-            values[203] = p["sm_util"]
+            values[GPU_UTIL] = p["sm_util"]
         if p.get("used_memory") is not None:
-            values[252] = p["used_memory"] // MIB
+            values[FB_USED] = p["used_memory"] // MIB
         out.append(ProcessReading(pid=p["pid"], values=values))
     return tuple(out)
 

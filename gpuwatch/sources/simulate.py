@@ -13,19 +13,22 @@ import math
 import zlib
 from collections import defaultdict
 
+from gpuwatch import fields
 from gpuwatch.fleet import GPU_SPECS, Fleet, build_fleet, readings_at
 from gpuwatch.model import Allocation, Device, Pod
 from gpuwatch.sources import DeviceReading, ProcessReading, Snapshot, SourceOptions
 from gpuwatch.sources.kubelet import split_device_id
 from gpuwatch.sources.kubelet_simulated import pods_from_fleet
+from gpuwatch.units import MIB
 
-MIB = 1 << 20
 DAY = 86400.0
 # workloads signal -> DCGM profiling field id (values are ratios already)
-PROF_FIELDS = {"gr_engine_active": 1001, "sm_active": 1002, "sm_occupancy": 1003, "tensor_active": 1004,
-               "dram_active": 1005}
-FI_GPU_UTIL, FI_FB_TOTAL, FI_FB_FREE, FI_FB_USED = 203, 250, 251, 252
-FI_POWER, FI_GPU_TEMP, FI_NVLINK_TX, FI_NVLINK_RX = 155, 150, 1011, 1012
+# The fleet's ratio signals -> the DCGM profiling fields that carry them (from the field table)
+PROF_FIELDS = {f.column: f.id for f in fields.FIELDS if f.profiling and f.unit == "ratio"}
+FI_GPU_UTIL, FI_FB_TOTAL, FI_FB_FREE, FI_FB_USED = (fields.fid(f"DCGM_FI_DEV_{n}") for n in (
+    "GPU_UTIL", "FB_TOTAL", "FB_FREE", "FB_USED"))
+FI_POWER, FI_GPU_TEMP = fields.fid("DCGM_FI_DEV_POWER_USAGE"), fields.fid("DCGM_FI_DEV_GPU_TEMP")
+FI_NVLINK_TX, FI_NVLINK_RX = fields.fid("DCGM_FI_PROF_NVLINK_TX_BYTES"), fields.fid("DCGM_FI_PROF_NVLINK_RX_BYTES")
 DRIVER_VERSION = "550.127.08"  # what the simulated nodes claim to run
 
 
