@@ -18,8 +18,8 @@ import streamlit as st
 
 import gpuwatch.analyses as analyses
 import gpuwatch.analyses.params as analysis_params
-import gpuwatch.recommendations as recommendations
 import gpuwatch.store as store
+from gpuwatch.findings import findings
 
 DB_ENV = "GPUWATCH_DB"
 
@@ -66,19 +66,19 @@ def analysis(ctx: Context, name: str, **params) -> pd.DataFrame:
 
 
 def chargeback(ctx: Context) -> pd.DataFrame:
-    """The chargeback analysis, handed the (cached) mig_fragmentation frame the MIG and
-    Recommendations pages use too, so the placement search runs once per window, not per page."""
-    return analysis(ctx, "chargeback", fragmentation=analysis(ctx, "mig_fragmentation"))
+    """The chargeback analysis from the findings assembly (handed the cached mig_fragmentation frame
+    the MIG and Recommendations pages use too, so the placement search runs once per window)."""
+    return _findings(ctx, "chargeback")
 
 
 def recommendation_frame(ctx: Context) -> pd.DataFrame:
-    """gpuwatch.recommendations over the window's (cached) analysis frames."""
+    """The recommendations from the findings assembly over the window's (cached) analysis frames."""
+    return _findings(ctx, "recommendations")
 
-    hours = (ctx.end - ctx.start).total_seconds() / 3600
-    return recommendations.recommend(
-        idle=analysis(ctx, "idle_hoarding"), false_util=analysis(ctx, "false_utilization"),
-        rightsizing=analysis(ctx, "rightsizing"), mig=analysis(ctx, "mig_fragmentation"),
-        prices=analysis(ctx, "prices"), window_hours=hours, hours_per_month=thresholds()["hours_per_month"])
+
+def _findings(ctx: Context, name: str) -> pd.DataFrame:
+    params = {**thresholds(), "start": ctx.start, "end": ctx.end}
+    return findings(None, params, only=(name,), run=lambda _con, analysis_name, **p: analysis(ctx, analysis_name, **p))[name]
 
 
 def open_db(path: str) -> tuple[float, pd.DataFrame] | None:

@@ -1,1 +1,62 @@
-"""Findings: every analysis and the recommendations, assembled once for every consumer."""
+"""Findings: every analysis and the recommendations over one window, assembled once for every consumer.
+
+``gpuwatch analyze`` (findings/command.py), the weekly report, the app and the findings exporter
+(findings/exporter.py) all call ``findings``: each analysis runs once, in dependency order, and an
+analysis that needs another's result is handed it (chargeback prices stranded MIG capacity from
+mig_fragmentation, so the placement search runs once per window). The recommendations are derived
+from the same frames.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from gpuwatch import analyses, recommendations
+
+# Every finding, in the order consumers list them; "recommendations" is derived, not a SQL analysis.
+ALL = ("utilization", "idle_hoarding", "false_utilization", "mig_fragmentation", "fragmentation_fgd", "chargeback",
+       "rightsizing", "prices", "recommendations")
+# analysis -> {keyword it takes: the analysis whose result it needs}
+NEEDS: dict[str, dict[str, str]] = {
+    "chargeback": {"fragmentation": "mig_fragmentation"},
+    "recommendations": {"idle": "idle_hoarding", "false_util": "false_utilization", "rightsizing": "rightsizing",
+                        "mig": "mig_fragmentation", "prices": "prices"},
+}
+Runner = Callable[..., Any]
+
+
+def findings(con: Any, params: dict[str, Any], *, only: Iterable[str] | None = None,
+             run: Runner = analyses.run) -> dict[str, Any]:
+    """Frames by name for ``only`` (default: all) and what they need, each computed once.
+
+    ``run(con, name, **params)`` computes one analysis (the app passes its cached runner; the
+    findings exporter one that isolates failures and returns None). An analysis whose needed
+    result is None runs without it (chargeback then searches placements itself)."""
+    results: dict[str, Any] = {}
+    for name in order(only or ALL):
+        needed = {keyword: results.get(source) for keyword, source in NEEDS.get(name, {}).items()}
+        if name == "recommendations":
+            results[name] = _recommend(params, **needed)
+        else:
+            results[name] = run(con, name, **params, **{k: v for k, v in needed.items() if v is not None})
+    return results
+
+
+def order(names: Iterable[str]) -> list[str]:
+    """``names`` and everything they need, each once, needs first (then in ``ALL`` order)."""
+    out: list[str] = []
+
+    def visit(name: str) -> None:
+        for source in NEEDS.get(name, {}).values():
+            visit(source)
+        if name not in out:
+            out.append(name)
+    for name in sorted(set(names), key=lambda n: ALL.index(n) if n in ALL else len(ALL)):
+        visit(name)
+    return out
+
+
+def _recommend(params: dict[str, Any], **frames: Any):
+    hours = (params["end"] - params["start"]).total_seconds() / 3600
+    return recommendations.recommend(**frames, window_hours=hours, hours_per_month=params["hours_per_month"])

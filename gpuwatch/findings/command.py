@@ -14,8 +14,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gpuwatch import analyses, recommendations, store
+from gpuwatch import analyses, store
 from gpuwatch.analyses import params as defaults
+from gpuwatch.findings import findings
 from gpuwatch.ingest import command
 
 log = logging.getLogger(__name__)
@@ -62,21 +63,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def analyze(con: Any, params: dict) -> dict:
-    """Every output frame, by file name (missing analyses are skipped with a warning)."""
-    results = {}
-    for name in OUTPUTS[:-1]:
-        if name not in analyses.names():
-            log.warning("analysis %s is not installed; skipping %s.csv", name, name)
-            continue
-        results[name] = analyses.run(con, name, **params)
-    rightsizing = analyses.run(con, "rightsizing", **params)
-    prices = con.execute("SELECT * FROM stg_prices").df()
-    hours = (params["end"] - params["start"]).total_seconds() / 3600
-    results["recommendations"] = recommendations.recommend(
-        idle=results.get("idle_hoarding"), false_util=results.get("false_utilization"), rightsizing=rightsizing,
-        mig=results.get("mig_fragmentation"), prices=prices, window_hours=hours,
-        hours_per_month=params["hours_per_month"])
-    return results
+    """Every output frame, by file name (the findings assembly, limited to the CSVs analyze writes)."""
+    results = findings(con, params, only=OUTPUTS)
+    return {name: results[name] for name in OUTPUTS}
 
 
 def write_csvs(results: dict, out: Path) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 from gpuwatch import analyses, store
 from gpuwatch.analyses.params import params, parse_duration
 from gpuwatch.analyses.params import window as analysis_window
+from gpuwatch.findings import findings as assemble
 
 log = logging.getLogger(__name__)
 
@@ -125,14 +126,18 @@ def compute(con: Any, *, window: timedelta) -> dict:
     except Exception as exc:
         log.warning("export-derived: no analysis window: %s", exc)
         return _status(dict.fromkeys(present, False), window)
-    frames, ok = {}, {}
-    for name in present:
+    ok: dict[str, bool] = {}
+
+    def guarded(con: Any, name: str, **p: Any):  # one broken analysis must not hide the others' findings
         try:
-            frames[name] = analyses.run(con, name, **params(start, end))
-            ok[name] = True
-        except Exception as exc:  # one broken analysis must not hide the others' findings
+            frame, ok[name] = analyses.run(con, name, **p), True
+        except Exception as exc:
             log.warning("export-derived: analysis %s failed: %s", name, exc)
-            ok[name] = False
+            frame, ok[name] = None, False
+        return frame
+
+    frames = assemble(con, params(start, end), only=present, run=guarded)
+    frames = {name: frame for name, frame in frames.items() if frame is not None}
     return _status(ok, window) | findings(frames)
 
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import gpuwatch.recommendations as recommendations
 from gpuwatch import analyses
 from gpuwatch.analyses import params as analysis_params
+from gpuwatch.findings import findings
 from gpuwatch.report import isoweek as weeks
 from gpuwatch.report import render, view
 from gpuwatch.report.isoweek import Week
@@ -43,21 +43,14 @@ def gather(con: Any, week: Week, *, db_name: str, complete: bool = True,
     limits = dict(analysis_params.DEFAULTS if thresholds is None else thresholds)
     this = analysis_params.params(week.start, week.end, **limits)
     last = analysis_params.params(week.previous().start, week.previous().end, **limits)
-    frames = {name: analyses.run(con, name, **this)
-              for name in ("mig_fragmentation", "idle_hoarding", "false_utilization", "reclaim_audit")}
-    # chargeback prices stranded MIG capacity from mig_fragmentation: hand it the frame, not a re-run
-    frames["chargeback"] = analyses.run(con, "chargeback", fragmentation=frames["mig_fragmentation"], **this)
-    frames["previous_chargeback"] = analyses.run(con, "chargeback", **last)
+    frames = findings(con, this, only=("idle_hoarding", "false_utilization", "chargeback", "recommendations"))
+    frames["reclaim_audit"] = analyses.run(con, "reclaim_audit", **this)
+    frames["previous_chargeback"] = findings(con, last, only=("chargeback",))["chargeback"]
     coverage = analyses.run(con, "data_coverage") if coverage is None else coverage
     first = coverage.at[0, "first_ts"] if len(coverage) else None
     previous_covered = first is not None and not _missing(first) and first.to_pydatetime() <= last["start"]
     daily = analyses.run(con, "fleet_timeseries", bucket_seconds=86400, **this)
     frames["daily"] = daily[daily["scope"] == "bucket"]
-    frames["recommendations"] = recommendations.recommend(
-        idle=frames["idle_hoarding"], false_util=frames["false_utilization"],
-        rightsizing=analyses.run(con, "rightsizing", **this), mig=frames["mig_fragmentation"],
-        prices=analyses.run(con, "prices"), window_hours=(week.end - week.start).total_seconds() / 3600,
-        hours_per_month=limits["hours_per_month"])
     return WeekData(week=week, complete=complete, previous_covered=previous_covered, db_name=db_name,
                     thresholds=limits, frames=frames)
 
