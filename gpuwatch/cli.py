@@ -11,7 +11,7 @@ import importlib
 import logging
 import sys
 
-from gpuwatch import __version__
+from gpuwatch import __version__, units
 
 # name -> (module, one-line help). Adding a command is adding a module and a line here.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -50,7 +50,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     module = importlib.import_module(COMMANDS[args.command][0])
-    return int(module.run(args) or 0)
+    try:
+        return int(module.run(args) or 0)
+    except units.UsageError as exc:  # a flag or key the user gave: usage error, one line
+        return _fail(args.command, exc, code=2)
+    except (units.DataError, OSError) as exc:  # bad data, a missing file, an unreachable server: one line
+        return _fail(args.command, exc, code=1)
+
+
+def _fail(command: str, exc: BaseException, *, code: int) -> int:
+    """One line on stderr naming the command and the problem; never a traceback for user mistakes."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    print(f"gpuwatch {command}: {text}", file=sys.stderr)
+    return code
 
 
 def _version() -> str:

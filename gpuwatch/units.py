@@ -26,17 +26,17 @@ class DataError(RuntimeError):
     """Input data is not valid (a file, column and row, or a series, is named in the message)."""
 
 
-_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|[smhdw]?)$")
 EARLIEST_YEAR, LATEST_YEAR = 2000, 2100  # a time given on a flag outside these years is a typo
 
 
 def parse_duration(text: str, *, what: str) -> float:
-    """``90s``, ``15m``, ``1.5h``, ``1d``, ``1w`` or a plain number of seconds -> seconds (> 0)."""
+    """``500ms``, ``90s``, ``15m``, ``1.5h``, ``1d``, ``1w`` or a plain number of seconds -> seconds (> 0)."""
     match = _DURATION.match(str(text).strip())
     seconds = float(match[1]) * _DURATION_UNITS[match[2] or "s"] if match else math.nan
     if not math.isfinite(seconds) or seconds <= 0:
-        raise UsageError(f"{what}: {text!r} is not a duration (use 90s, 15m, 1h, 1d or 1w)")
+        raise UsageError(f"{what}: {text!r} is not a duration (use 500ms, 90s, 15m, 1h, 1d or 1w)")
     return seconds
 
 
@@ -56,7 +56,7 @@ def parse_listen(text: str, *, what: str) -> tuple[str, int]:
     """``:9400``, ``0.0.0.0:9400``, ``127.0.0.1:0`` or ``[::1]:9400`` -> (host, port); '' = all."""
     host, sep, port = str(text).strip().rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
-        raise UsageError(f"{what}: {text!r} is not HOST:PORT with a port 0-65535 (e.g. :9400)")
+        raise UsageError(f"{what}: {text!r}: expected [HOST]:PORT with a port 0-65535 (e.g. :9400)")
     if host.startswith("[") != host.endswith("]"):
         raise UsageError(f"{what}: {text!r} has an unbalanced [ ] around an IPv6 address")
     return host.strip("[]"), int(port)

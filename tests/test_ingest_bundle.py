@@ -141,7 +141,7 @@ def test_ingest_command_is_idempotent(tmp_path, capsys):
 def test_ingest_command_reports_bad_bundle(tmp_path, capsys):
     bad = _bundle(tmp_path / "bad", samples=_samples().drop(columns="node"))
     assert main(["ingest", "--from", str(bad), "--db", str(tmp_path / "g.duckdb")]) == 1
-    assert "missing required column(s) 'node'" in capsys.readouterr().out
+    assert "missing required column(s) 'node'" in capsys.readouterr().err
 
 
 def test_parquet_bad_value_names_file_column_and_row(tmp_path):

@@ -1,4 +1,4 @@
-"""Default thresholds for every analysis (DESIGN §5), in one place, and the analysis window.
+"""Default thresholds for every analysis, in one place, with their valid ranges, and the analysis window.
 
 Every key is a bound ``$param`` of some analysis and a flag of ``gpuwatch analyze``
 (``--idle-below`` for ``idle_below``, ...). Units are in the names or the comments.
@@ -7,9 +7,10 @@ Every key is a bound ``$param`` of some analysis and a flag of ``gpuwatch analyz
 from __future__ import annotations
 
 import math
-import re
 from datetime import datetime, timedelta
 from typing import Any
+
+from gpuwatch import units
 
 DEFAULTS: dict[str, float] = {
     "idle_below": 0.05,                # ratio: reported (and effective, where known) below this is idle
@@ -37,16 +38,22 @@ HELP: dict[str, str] = {
     "compute_quantile": "quantile of SM activity a right-sized MIG profile must cover",
     "hours_per_month": "hours in a month for savings estimates",
 }
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+# Valid range per threshold (inclusive): ratios and shares in 0-1, durations and counts >= 0.
+RANGES: dict[str, tuple[float, float]] = {
+    **dict.fromkeys(("idle_below", "hoarder_idle_share", "false_reported_min", "false_effective_below",
+                     "false_offender_share", "compute_quantile"), (0.0, 1.0)),
+    **dict.fromkeys(("min_idle_run_seconds", "min_observed_seconds", "mem_headroom"), (0.0, math.inf)),
+    "gap_steps": (1.0, math.inf), "hours_per_month": (1.0, 744.0),
+}
 
 
-def parse_duration(text: str) -> timedelta:
-    """``"7d"``, ``"36h"``, ``"90m"``, ``"2w"`` -> timedelta; ValueError names the bad text."""
-    match = _DURATION.match(text.strip())
-    if not match:
-        raise ValueError(f"bad duration {text!r}: expected a number and one of s, m, h, d, w (e.g. 7d)")
-    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+def check(thresholds: dict[str, float]) -> None:
+    """Every threshold finite and inside its range, else UsageError naming its flag (--idle-below ...)."""
+    for key, value in thresholds.items():
+        low, high = RANGES[key]
+        if not (math.isfinite(value) and low <= value <= high):
+            flag = "--" + key.replace("_", "-")
+            raise units.UsageError(f"{flag}: {value!r} is outside {low:g}..{high:g} ({HELP[key]})")
 
 
 def window(last_ts: datetime | None, *, length: timedelta = timedelta(days=7),

@@ -11,6 +11,7 @@ import tempfile
 import threading
 import time
 
+from gpuwatch import units
 from gpuwatch.exporter.collector import ExporterCollector
 from gpuwatch.exporter.families import Options
 from gpuwatch.exporter.server import serve
@@ -54,16 +55,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def duration(text: str) -> float:
-    """``1s``, ``500ms``, ``2m`` or plain seconds -> seconds."""
-    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-    text = str(text).strip()
-    for suffix in ("ms", "s", "m", "h"):
-        if text.endswith(suffix) and text[: -len(suffix)].replace(".", "", 1).isdigit():
-            return float(text[: -len(suffix)]) * units[suffix]
+    """``1s``, ``500ms``, ``2m`` or plain seconds -> seconds (gpuwatch.units' one parser)."""
     try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 1s, 500ms, 2m)") from None
+        return units.parse_duration(text, what="duration")
+    except units.UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("duration: ")) from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from gpuwatch import units
 from gpuwatch.exporter.collector import ExporterCollector
 from gpuwatch.exporter.exposition import CONTENT_TYPE, render
 
@@ -28,10 +29,7 @@ def registry_for(collector: ExporterCollector):
 
 def parse_listen(listen: str) -> tuple[str, int]:
     """``:9400`` -> ("", 9400) (all interfaces); ``127.0.0.1:9400`` -> ("127.0.0.1", 9400)."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"--listen {listen!r}: expected [HOST]:PORT, e.g. :9400")
-    return host.strip("[]"), int(port)
+    return units.parse_listen(listen, what="--listen")
 
 
 class Server:

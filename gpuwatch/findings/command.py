@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpuwatch import analyses, store
+from gpuwatch import analyses, store, units
 from gpuwatch.analyses import params as defaults
 from gpuwatch.findings import findings
 from gpuwatch.ingest import command
@@ -43,13 +43,18 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "csv" and not args.out:
         print("gpuwatch analyze: --out DIR is required with --format csv", file=sys.stderr)
         return 2
+    thresholds = {k: getattr(args, k) for k in defaults.DEFAULTS}
+    defaults.check(thresholds)  # every flag is checked before the store is touched
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise units.UsageError(f"--out: {args.out} is a file, not a directory")
+    if args.input or args.source:
+        command.check_source(args.input or args.source)
+    end = units.parse_utc(args.end, what="--end") if args.end else None
+    length = timedelta(seconds=units.parse_duration(args.window, what="--window"))
     con = store.connect(args.db)
     if args.input or args.source:
-
         command.ingest(con, args.input or args.source)
-    thresholds = {k: getattr(args, k) for k in defaults.DEFAULTS}
-    end = _parse_time(args.end) if args.end else None
-    start, end = defaults.window(store.data_range(con)[1], length=defaults.parse_duration(args.window), end=end)
+    start, end = defaults.window(store.data_range(con)[1], length=length, end=end)
     params = defaults.params(start, end, **thresholds)
     # store this window's SQL results in the DB: the app and the report read them (analyses/persisted.py),
     # and analyze() below reads them too, so the samples are scanned once per analysis
@@ -104,11 +109,3 @@ def summary(results: dict, *, start: datetime, end: datetime) -> str:
             lines.append(f"  [{r['kind']}] {r['namespace'] or r['node']}/{r['pod'] or r['gpu_uuid']}: "
                          f"${r['monthly_savings_usd']:,.2f}/month - {r['evidence']}")
     return "\n".join(lines)
-
-
-def _parse_time(text: str) -> datetime:
-    import pandas as pd
-
-    stamp = pd.Timestamp(text)
-    stamp = stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
-    return stamp.tz_localize(None).to_pydatetime()

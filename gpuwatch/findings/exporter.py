@@ -19,8 +19,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from gpuwatch import analyses, store
-from gpuwatch.analyses.params import params, parse_duration
+from gpuwatch import analyses, store, units
+from gpuwatch.analyses.params import params
 from gpuwatch.analyses.params import window as analysis_window
 from gpuwatch.findings import findings as assemble
 
@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
-    window = parse_duration(args.window)
+    window = timedelta(seconds=units.parse_duration(args.window, what="--window"))
     collector = DerivedCollector(lambda: store.connect(args.db, read_only=True), window=window, ttl=args.ttl)
     server = serve(collector, args.listen)
     log.info("serving derived metrics from %s on :%d/metrics (window %s)", args.db, server.server_address[1], args.window)
@@ -82,7 +82,7 @@ class DerivedCollector:
                  clock: Callable[[], float] = time.monotonic, close: bool = True):
 
         self.connect, self.ttl, self.clock, self.close = connect, ttl, clock, close
-        self.window = parse_duration(window) if isinstance(window, str) else window
+        self.window = timedelta(seconds=units.parse_duration(window, what="window")) if isinstance(window, str) else window
         self._lock = threading.Lock()
         self._cached: tuple[float, dict] | None = None
 
@@ -215,8 +215,6 @@ def serve(collector: DerivedCollector, listen: str = ":9401"):
     """Serve /metrics in a background thread; returns the server (``.shutdown()``)."""
     from prometheus_client import start_http_server
 
-    host, _, port = listen.rpartition(":")
-    if not port.isdigit():
-        raise ValueError(f"--listen {listen!r}: expected [HOST]:PORT, e.g. :9401")
-    server, _thread = start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0", registry=_registry(collector))
+    host, port = units.parse_listen(listen, what="--listen")
+    server, _thread = start_http_server(port, addr=host or "0.0.0.0", registry=_registry(collector))
     return server

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpuwatch import store
+from gpuwatch import store, units
 from gpuwatch.ingest import prometheus, promfile
 
 
@@ -29,45 +29,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    flags = {"start": units.parse_utc(args.start, what="--start") if args.start else None,
+             "end": units.parse_utc(args.end, what="--end") if args.end else None,
+             "step": units.parse_duration(args.step, what="--step"),
+             "at": units.parse_utc(args.at, what="--at") if args.at else None}
+    check_source(args.source)  # flags and source are checked before the store is created or opened
     con = store.connect(args.db)
-    try:
-        if args.link:
-            counts = store.link_bundle(con, args.source)
-        else:
-            counts = ingest(con, args.source, start=args.start, end=args.end, step=args.step, at=args.at)
-    except store.BundleError as exc:
-        print(f"gpuwatch ingest: {exc}")
-        return 1
+    counts = store.link_bundle(con, args.source) if args.link else ingest(con, args.source, **flags)
     print(f"loaded into {args.db}: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()))
     return 0
 
 
-def ingest(con: Any, source: str, *, start: str | None = None, end: str | None = None, step: str = "60s",
-           at: str | None = None, now: datetime | None = None) -> dict[str, int]:
-    """Load ``source`` (bundle dir, prometheus:// URL or .prom file); returns rows per table."""
-    if source.startswith(("prometheus://", "http://", "https://")):
+def check_source(source: str) -> None:
+    """A ``--from`` that is neither a Prometheus URL nor an existing file or directory: DataError."""
+    if not _is_url(source) and not Path(source).exists():
+        raise units.DataError(f"--from {source}: no such file or directory (a bundle DIR, FILE.prom or prometheus://)")
 
-        end_at = _time(end) if end else (now or datetime.now(UTC)).replace(tzinfo=None)
-        start_at = _time(start) if start else end_at - timedelta(days=7)
-        frames = prometheus.fetch(source, start=start_at, end=end_at, step=_seconds(step))
+
+def ingest(con: Any, source: str, *, start: datetime | None = None, end: datetime | None = None, step: float = 60.0,
+           at: datetime | None = None, now: datetime | None = None) -> dict[str, int]:
+    """Load ``source`` (bundle dir, prometheus:// URL or .prom file); returns rows per table."""
+    if _is_url(source):
+        end_at = end or (now or datetime.now(UTC)).replace(tzinfo=None)
+        start_at = start or end_at - timedelta(days=7)
+        frames = prometheus.fetch(source, start=start_at, end=end_at, step=step)
         return store.load(con, frames, source=source, window=(start_at, end_at))
     path = Path(source)
     if path.is_file() and path.suffix in (".prom", ".txt", ".metrics"):
-
-        frames = promfile.read_file(path, at=_time(at) if at else None)
+        frames = promfile.read_file(path, at=at)
         return store.load(con, frames, source=str(path))
     return store.load_bundle(con, path, progress=None)
 
 
-def _time(text: str) -> datetime:
-    stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return stamp.astimezone(UTC).replace(tzinfo=None) if stamp.tzinfo else stamp
-
-
-def _seconds(text: str) -> float:
-    """``"60s"``, ``"5m"``, ``"1h"`` or plain seconds -> seconds."""
-    units = {"s": 1, "m": 60, "h": 3600}
-    try:
-        return float(text[:-1]) * units[text[-1]] if text[-1] in units else float(text)
-    except ValueError as exc:
-        raise store.BundleError(f"bad --step {text!r}: seconds, or a number with s, m or h") from exc
+def _is_url(source: str) -> bool:
+    return source.startswith(("prometheus://", "http://", "https://"))

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+from gpuwatch import units
 from gpuwatch.ingest import promframes
 
 MAX_POINTS = 11_000  # Prometheus rejects a query_range that would return more per series
@@ -38,7 +39,7 @@ SHARED_REPLICAS = ('kube_node_labels{label_nvidia_com_gpu_replicas!=""}',
                    'kube_node_status_capacity{resource="nvidia_com_gpu_shared"}')
 
 
-class PrometheusError(RuntimeError):
+class PrometheusError(units.DataError):
     """Prometheus could not answer: HTTP failure, ``status: error``, or a malformed reply."""
 
 

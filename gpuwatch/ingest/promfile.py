@@ -16,12 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
+from gpuwatch import units
 from gpuwatch.ingest import promframes
 
 _HELP_UNIT = re.compile(r"\(in ([^)]+)\)")
 
 
-class PromFileError(ValueError):
+class PromFileError(units.DataError, ValueError):
     """A /metrics file that cannot be read faithfully; the message names file and line."""
 
 

@@ -34,13 +34,19 @@ def connect(path: str | None, *, read_only: bool = False, memory_limit: str | No
     config = {"memory_limit": limit, "preserve_insertion_order": False}
     if path is None:  # an in-memory store spills to the system temp directory
         config["temp_directory"] = os.path.join(tempfile.gettempdir(), "gpuwatch-duckdb")
-    con = duckdb.connect(":memory:" if path is None else str(path), read_only=read_only, config=config)
+    try:
+        con = duckdb.connect(":memory:" if path is None else str(path), read_only=read_only, config=config)
+    except (duckdb.IOException, duckdb.CatalogException, duckdb.InvalidInputException) as exc:
+        raise BundleError(f"{path}: not a gpuwatch store ({' '.join(str(exc).split())})") from None
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET enable_progress_bar = false")  # long queries must not draw on the caller's terminal
     if read_only and _old_staging(con):
         con.close()
         raise BundleError(f"{path}: this store was written by gpuwatch 0.1.0; open it once for writing "
                           "(gpuwatch ingest or analyze) to re-stage it")
+    if read_only and not has_table(con, "stg_sample_rows"):
+        con.close()
+        raise BundleError(f"{path}: not a gpuwatch store (no staged tables; create one with `gpuwatch ingest`)")
     if not read_only:
         stale = _drop_old_staging(con)
         for name in ("schema.sql", "reclaim_audit.sql", "staging.sql"):
