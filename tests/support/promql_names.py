@@ -51,8 +51,8 @@ def recording_rules() -> set[str]:
 
 def known_metrics() -> dict[str, frozenset[str]]:
     """Source -> names. The exporter and derived tables are imported from the code that serves them."""
-    from gpuwatch.findings import exporter as derived
     from gpuwatch.exporter.metrics import METRICS
+    from gpuwatch.findings import exporter as derived
 
     return {"exporter": frozenset(m.name for m in METRICS), "recording rules": frozenset(recording_rules()),
             "derived findings": frozenset(derived.METRICS), "kube-state-metrics": KUBE_STATE_METRICS,
