@@ -12,8 +12,8 @@
 -- every part to the cent with largest remainders so the parts sum exactly to the fleet cost.
 WITH classified AS (
     SELECT stream_id,
-           reported < $idle_below AND coalesce(effective < $idle_below, TRUE) AS idle,
-           effective IS NOT NULL AND reported >= $false_reported_min AND effective < $false_effective_below AS is_false
+           is_idle(reported, effective, $idle_below) AS idle,
+           is_false_util(reported, effective, $false_reported_min, $false_effective_below) AS is_false
     FROM stg_series_rows($start, $end)
 ),
 per_stream AS (

@@ -7,7 +7,7 @@
 -- is at least $false_offender_share of its judged time. GPU-hours are weighted by GPU share.
 WITH judged AS (
     SELECT stream_id, reported, effective, effective IS NOT NULL AS known,
-           effective IS NOT NULL AND reported >= $false_reported_min AND effective < $false_effective_below AS is_false
+           is_false_util(reported, effective, $false_reported_min, $false_effective_below) AS is_false
     FROM stg_series_rows($start, $end)
 ),
 per_stream AS (

@@ -21,7 +21,7 @@ classified AS (
     SELECT CAST(floor((epoch(ts) - epoch($start::TIMESTAMP)) / $bucket_seconds) AS BIGINT) AS bucket,
            gpu_share AS weight, usd_per_hour, reported, effective,
            pod IS NOT NULL AS allocated,
-           pod IS NOT NULL AND reported < $idle_below AND coalesce(effective, 0) < $idle_below AS idle
+           pod IS NOT NULL AND is_idle(reported, effective, $idle_below) AS idle
     FROM window_samples
 ),
 grouped AS (

@@ -9,9 +9,9 @@
 WITH judged AS NOT MATERIALIZED (
     -- scanned twice (run edges, per-stream counts): re-reading the table beats materialising 20M rows
     SELECT stream_id, ts, fb_used_bytes, dt_seconds, next_dt_seconds,
-           reported < $idle_below AND coalesce(effective < $idle_below, TRUE) AS idle,
-           coalesce(prev_reported < $idle_below AND coalesce(prev_effective < $idle_below, TRUE), FALSE) AS prev_idle,
-           coalesce(next_reported < $idle_below AND coalesce(next_effective < $idle_below, TRUE), FALSE) AS next_idle
+           is_idle(reported, effective, $idle_below) AS idle,
+           coalesce(is_idle(prev_reported, prev_effective, $idle_below), FALSE) AS prev_idle,
+           coalesce(is_idle(next_reported, next_effective, $idle_below), FALSE) AS next_idle
     FROM stg_series_rows($start, $end)
 ),
 classified AS (

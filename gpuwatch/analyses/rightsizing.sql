@@ -7,8 +7,10 @@
 -- whose compute (slices / 7) covers the $compute_quantile quantile of its SM activity.
 -- Priced like chargeback: a "<model>/<profile>" price row, else the GPU price x compute slices / 7.
 WITH profiles AS (
-    SELECT * FROM (VALUES (19, 1, 1), (15, 1, 2), (14, 2, 2), (9, 3, 4), (5, 4, 4))
-        AS t(profile_id, compute_slices, memory_slices)
+    -- candidate targets from ref_mig_profiles (gpuwatch/mig.py): smaller than the whole GPU, no
+    -- media-extension profiles (a 1g+me holds the GPU's only media engines)
+    SELECT profile_id, compute_slices, memory_slices FROM ref_mig_profiles
+    WHERE mig_gpu_share(compute_slices) < 1 AND label NOT LIKE '%+me'
 ),
 whole_streams AS (
     -- pods' streams on whole GPUs (not MIG instances), with the GPU's model and memory
@@ -53,18 +55,18 @@ candidates AS (
 ),
 fits AS (
     SELECT c.*, p.profile_id, p.compute_slices, p.memory_slices,
-           p.compute_slices || 'g.' || CAST(round(c.fb_total_bytes * p.memory_slices / 8 / 1073741824.0) AS INTEGER) || 'gb'
+           p.compute_slices || 'g.' || CAST(round(c.fb_total_bytes * mig_memory_share(p.memory_slices) / 1073741824.0) AS INTEGER) || 'gb'
                AS profile,
            row_number() OVER (PARTITION BY c.namespace, c.pod ORDER BY p.compute_slices, p.memory_slices) AS rank
     FROM candidates c
     JOIN profiles p
-      ON c.fb_total_bytes * p.memory_slices / 8.0 >= c.peak_fb_used_bytes * (1 + $mem_headroom)
-     AND p.compute_slices / 7.0 >= c.sm_active_quantile
+      ON c.fb_total_bytes * mig_memory_share(p.memory_slices) >= c.peak_fb_used_bytes * (1 + $mem_headroom)
+     AND mig_gpu_share(p.compute_slices) >= c.sm_active_quantile
 ),
 final AS (
     SELECT f.namespace, f.pod, f.team, f.node, f.gpu_model, a.gpu_count, f.peak_fb_used_bytes, f.sm_active_quantile,
            f.profile, f.profile_id, f.current_usd_per_hour,
-           f.devices * coalesce(pp.usd_per_gpu_hour, mp.usd_per_gpu_hour * f.compute_slices / 7.0) AS target_usd_per_hour,
+           f.devices * coalesce(pp.usd_per_gpu_hour, mp.usd_per_gpu_hour * mig_gpu_share(f.compute_slices)) AS target_usd_per_hour,
            (f.current_usd_per_hour - target_usd_per_hour) * $hours_per_month AS monthly_savings_usd,
            f.observed_seconds
     FROM fits f

@@ -13,6 +13,7 @@ import tempfile
 from datetime import datetime
 from typing import Any
 
+from gpuwatch import mig
 from gpuwatch.store.load import link_bundle, load, load_bundle
 from gpuwatch.store.staged import node_ranges, refresh, script
 from gpuwatch.store.validate import BundleError
@@ -49,8 +50,10 @@ def connect(path: str | None, *, read_only: bool = False, memory_limit: str | No
         raise BundleError(f"{path}: not a gpuwatch store (no staged tables; create one with `gpuwatch ingest`)")
     if not read_only:
         stale = _drop_old_staging(con)
-        for name in ("schema.sql", "reclaim_audit.sql", "staging.sql"):
+        for name in ("schema.sql", "reclaim_audit.sql"):
             con.execute(script(name))
+        write_mig_reference(con)
+        con.execute(script("staging.sql"))
         if stale:
             refresh(con)
     return con
@@ -67,6 +70,19 @@ def _drop_old_staging(con: Any) -> bool:
 
 def _old_staging(con: Any) -> bool:
     return con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'stg_samples'").fetchall()[0][0] > 0
+
+
+def write_mig_reference(con: Any) -> None:
+    """MIG geometry as SQL, from gpuwatch.mig (the one place it is declared): ref_mig_profiles and the
+    macros mig_gpu_share(compute slices) and mig_memory_share(memory slices) that staging and the
+    analyses use."""
+    con.execute("CREATE OR REPLACE TABLE ref_mig_profiles (profile_id INTEGER PRIMARY KEY, label VARCHAR, "
+                "compute_slices INTEGER, memory_slices INTEGER, max_count INTEGER)")
+    con.executemany("INSERT INTO ref_mig_profiles VALUES (?, ?, ?, ?, ?)",
+                    [(p.id, p.label, p.compute_slices, p.size, p.max_count) for p in mig.PROFILES.values()])
+    # the slice counts are the code's own constants, not data: formatting them into the macro is safe
+    con.execute(f"CREATE OR REPLACE MACRO mig_gpu_share(slices) AS slices / {float(mig.COMPUTE_SLICES)}")
+    con.execute(f"CREATE OR REPLACE MACRO mig_memory_share(slices) AS slices / {float(mig.MEMORY_SLICES)}")
 
 
 def ensure_reclaim_audit(con) -> None:

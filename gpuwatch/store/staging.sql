@@ -12,26 +12,35 @@ final AS (
 )
 SELECT * FROM final;
 
+-- The two sample rules, declared once and used by every analysis (idle_hoarding, chargeback,
+-- fleet_timeseries, false_utilization). Idle: reported utilization below the threshold, and SM
+-- activity too where it is known (unknown activity does not veto); a NULL reported value is unknown,
+-- never idle. False utilization: busy-looking (reported at or above a floor) while SM activity is
+-- below a bound; judged only where SM activity is known.
+CREATE OR REPLACE MACRO is_idle(reported, effective, below) AS
+    reported < below AND coalesce(effective < below, TRUE);
+CREATE OR REPLACE MACRO is_false_util(reported, effective, reported_min, effective_below) AS
+    effective IS NOT NULL AND reported >= reported_min AND effective < effective_below;
+
 -- Devices: one row per GPU and per MIG instance, with its share of the GPU and its price.
 CREATE OR REPLACE VIEW stg_devices AS
 WITH raw AS (
     SELECT DISTINCT ON (node, gpu_uuid, mig_gi_id) * FROM devices
 ),
 sized AS (
-    -- compute slices keyed on the profile id (DESIGN §6); the name ("3g.40gb", "1c.3g.71gb") is the fallback
-    SELECT *, coalesce(
-        CASE mig_profile_id WHEN 19 THEN 1 WHEN 20 THEN 1 WHEN 15 THEN 1 WHEN 14 THEN 2
-                            WHEN 9 THEN 3 WHEN 5 THEN 4 WHEN 0 THEN 7 END,
-        TRY_CAST(regexp_extract(mig_profile, '(\d+)g\.', 1) AS INTEGER)) AS compute_slices
-    FROM raw
+    -- compute slices keyed on the profile id (ref_mig_profiles, written from gpuwatch/mig.py); the
+    -- name ("3g.40gb", "1c.3g.71gb") is the fallback
+    SELECT raw.*, coalesce(m.compute_slices, TRY_CAST(regexp_extract(raw.mig_profile, '(\d+)g\.', 1) AS INTEGER))
+               AS compute_slices
+    FROM raw LEFT JOIN ref_mig_profiles m ON m.profile_id = raw.mig_profile_id
 ),
 final AS (
     SELECT s.*,
            s.gpu_uuid || coalesce('/' || s.mig_gi_id, '') AS device_key,
-           -- a MIG instance is its compute slices / 7 of the GPU (DESIGN §3)
-           CASE WHEN s.mig_gi_id IS NULL THEN 1.0 ELSE s.compute_slices / 7.0 END AS gpu_share,
+           -- a MIG instance is its share of the GPU's compute slices
+           CASE WHEN s.mig_gi_id IS NULL THEN 1.0 ELSE mig_gpu_share(s.compute_slices) END AS gpu_share,
            CASE WHEN s.mig_gi_id IS NULL THEN mp.usd_per_gpu_hour
-                ELSE coalesce(pp.usd_per_gpu_hour, mp.usd_per_gpu_hour * s.compute_slices / 7.0) END AS usd_per_hour
+                ELSE coalesce(pp.usd_per_gpu_hour, mp.usd_per_gpu_hour * mig_gpu_share(s.compute_slices)) END AS usd_per_hour
     FROM sized s
     LEFT JOIN stg_prices mp ON mp.gpu_model = s.gpu_model
     LEFT JOIN stg_prices pp ON pp.gpu_model = s.gpu_model || '/' || s.mig_profile
@@ -58,8 +67,8 @@ shaped AS (
 final AS (
     SELECT s.*,
            CASE WHEN s.mig_profile IS NULL THEN 1.0
-                ELSE TRY_CAST(regexp_extract(s.mig_profile, '(\d+)g\.', 1) AS INTEGER) / 7.0 END AS slice_share,
-           -- whole-GPU equivalents: a time-sliced pod's fractional gpu_count, a MIG pod's slices / 7
+                ELSE mig_gpu_share(TRY_CAST(regexp_extract(s.mig_profile, '(\d+)g\.', 1) AS INTEGER)) END AS slice_share,
+           -- whole-GPU equivalents: a time-sliced pod's fractional gpu_count, a MIG pod's share of its GPU
            s.gpu_count * slice_share AS gpu_equivalents,
            s.gpu_count * CASE WHEN s.mig_profile IS NULL THEN mp.usd_per_gpu_hour
                               ELSE coalesce(pp.usd_per_gpu_hour, mp.usd_per_gpu_hour * slice_share) END AS usd_per_hour
