@@ -19,6 +19,7 @@ import streamlit as st
 import gpuwatch.analyses as analyses
 import gpuwatch.analyses.params as analysis_params
 import gpuwatch.store as store
+import gpuwatch.units as units
 from gpuwatch.findings import findings
 
 DB_ENV = "GPUWATCH_DB"
@@ -132,7 +133,7 @@ def for_teams(ctx: Context, frame: pd.DataFrame, column: str = "team") -> pd.Dat
 
 MONEY = ("usd", "cost")
 RATIO = ("_share", "_util", "util_", "_active", "_gap", "gap_", "mean_reported", "mean_effective")
-GIB = float(1 << 30)
+GIB = float(units.GIB)
 
 
 def readable(frame: pd.DataFrame) -> pd.DataFrame:

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import hashlib
 
+from gpuwatch import units
+
 COLUMNS = ("id", "kind", "namespace", "pod", "team", "node", "evidence", "monthly_savings_usd",
            "gpu_uuid", "target", "usd_per_hour", "idle_since")
-HOURS_PER_MONTH = 730.0
-GIB = 1 << 30
+
 
 
 def recommend(*, idle=None, false_util=None, rightsizing=None, mig=None, prices=None,
-              window_hours: float = 168.0, hours_per_month: float = HOURS_PER_MONTH):
+              window_hours: float = 168.0, hours_per_month: float = units.HOURS_PER_MONTH):
     """Every recommendation, biggest monthly saving first; any input frame may be None or empty."""
     import pandas as pd
 
@@ -35,7 +36,7 @@ def stable_id(kind: str, namespace: str | None, subject: str | None) -> str:
     return hashlib.sha1(f"{kind}|{namespace or ''}|{subject or ''}".encode()).hexdigest()[:12]
 
 
-def reclaim_idle(idle, *, hours_per_month: float = HOURS_PER_MONTH) -> list[dict]:
+def reclaim_idle(idle, *, hours_per_month: float = units.HOURS_PER_MONTH) -> list[dict]:
     """Hoarders still holding their GPUs: give them back. Saving = the pod's rate x its idle share, per month."""
     out = []
     for r in _records(idle, "hoarder"):
@@ -43,7 +44,7 @@ def reclaim_idle(idle, *, hours_per_month: float = HOURS_PER_MONTH) -> list[dict
             continue  # the pod already ended: nothing left to reclaim (chargeback still shows the waste)
         rate = _num(r.get("usd_per_hour"))
         since = r.get("idle_since")
-        held = _num(r.get("max_fb_used_bytes_idle")) / GIB
+        held = _num(r.get("max_fb_used_bytes_idle")) / units.GIB
         evidence = (f"idle {r['idle_share']:.0%} of {_num(r.get('observed_gpu_hours')):.1f} observed GPU-hours"
                     + (f"; idle since {_iso(since)}" if _present(since) else "")
                     + f"; holds {held:.1f} GiB while idle; ${rate:.2f}/hour")
@@ -58,7 +59,7 @@ def rightsize_mig(rightsizing, *, exclude: set | frozenset = frozenset()) -> lis
     for r in _records(rightsizing):
         if (r["namespace"], r["pod"]) in exclude or _num(r.get("monthly_savings_usd")) <= 0:
             continue
-        evidence = (f"peak memory {_num(r['peak_fb_used_bytes']) / GIB:.1f} GiB, SM activity p"
+        evidence = (f"peak memory {_num(r['peak_fb_used_bytes']) / units.GIB:.1f} GiB, SM activity p"
                     f"95 {_num(r['sm_active_quantile']):.0%}: fits {r['profile']} "
                     f"(${_num(r['current_usd_per_hour']):.2f}/h -> ${_num(r['target_usd_per_hour']):.2f}/h)")
         out.append(_row("rightsize_mig", r, evidence=evidence, savings=_num(r["monthly_savings_usd"]),
@@ -66,7 +67,7 @@ def rightsize_mig(rightsizing, *, exclude: set | frozenset = frozenset()) -> lis
     return out
 
 
-def repack_mig(mig, *, prices=None, hours_per_month: float = HOURS_PER_MONTH) -> list[dict]:
+def repack_mig(mig, *, prices=None, hours_per_month: float = units.HOURS_PER_MONTH) -> list[dict]:
     """MIG GPUs whose free slices are stranded and a repack exists (mig_fragmentation's repack columns)."""
     price = {} if prices is None else dict(zip(prices["gpu_model"], prices["usd_per_gpu_hour"], strict=False))
     out = []
@@ -85,7 +86,7 @@ def repack_mig(mig, *, prices=None, hours_per_month: float = HOURS_PER_MONTH) ->
     return out
 
 
-def investigate_false_util(false_util, *, window_hours: float, hours_per_month: float = HOURS_PER_MONTH) -> list[dict]:
+def investigate_false_util(false_util, *, window_hours: float, hours_per_month: float = units.HOURS_PER_MONTH) -> list[dict]:
     """Pods that look busy but whose SMs idle: the gap between reported and effective is the signal."""
     out = []
     for r in _records(false_util, "offender"):

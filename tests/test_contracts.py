@@ -20,7 +20,8 @@ from gpuwatch.model import BUNDLE_COLUMNS
 from tests.conftest import ROOT
 
 HEAVY = ("duckdb", "grpc", "pynvml", "prometheus_client", "streamlit", "kubernetes", "pandas")
-APP_ALLOWED = ("gpuwatch.store", "gpuwatch.analyses", "gpuwatch.findings", "gpuwatch.recommendations", "gpuwatch.model")
+APP_ALLOWED = ("gpuwatch.store", "gpuwatch.analyses", "gpuwatch.findings", "gpuwatch.recommendations", "gpuwatch.model",
+               "gpuwatch.units")
 
 
 @pytest.mark.parametrize("name", sorted(cli.COMMANDS))

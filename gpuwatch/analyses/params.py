@@ -23,7 +23,7 @@ DEFAULTS: dict[str, float] = {
     "gap_steps": 3.0,                  # an interval longer than this many steps is a gap (unknown time)
     "mem_headroom": 0.2,               # rightsizing: MIG memory must cover peak fb_used_bytes x (1 + this)
     "compute_quantile": 0.95,          # rightsizing: MIG compute must cover this quantile of SM activity
-    "hours_per_month": 730.0,          # monthly savings = hourly savings x this
+    "hours_per_month": units.HOURS_PER_MONTH,  # monthly savings = hourly savings x this
 }
 HELP: dict[str, str] = {
     "idle_below": "ratio 0-1 under which a sample is idle",
