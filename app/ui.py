@@ -56,7 +56,7 @@ def _analysis(path: str, mtime: float, name: str, params: tuple) -> pd.DataFrame
 
 
 def thresholds() -> dict:
-    """The analyses' default thresholds (DESIGN §5), as the analyzer publishes them."""
+    """The analyses' default thresholds (docs/architecture.md#finding-semantics), as the analyzer publishes them."""
     return dict(analysis_params.DEFAULTS)
 
 

@@ -2,14 +2,14 @@
 
     python bench/analyzer.py                 # 1,024 GPUs x 7 days x 30 s (20.6M samples)
     python bench/analyzer.py --gpus 256      # smaller
-    python bench/analyzer.py --big           # also 10,240 GPUs x 7 days of 5 m rollups (DESIGN §7), ingest --link
+    python bench/analyzer.py --big           # also 10,240 GPUs x 7 days of 5 m rollups (docs/architecture.md#scale), ingest --link
     python bench/analyzer.py --big-only --big-step 60    # just that, at 60 s steps instead
     python bench/analyzer.py --promql        # also PromQL on a promtool-backfilled Prometheus (bench/promql.py)
 
 Each phase runs in its own process so its peak RSS is its own. Prints one table; checks that the
 pandas baseline and the analyses agree (hoarders, offenders, idle share, longest idle run).
 Targets: all analyses <= 5 s and <= 2 GB; >= 10x the pandas baseline; --big (Parquet to every
-finding) <= 60 s and <= 4 GB. The 10,240-GPU fleet is read as DESIGN §7's 5-minute rollups by
+finding) <= 60 s and <= 4 GB. The 10,240-GPU fleet is read as docs/architecture.md#scale's 5-minute rollups by
 default: the same 20.6M-sample order of size as 1,024 GPUs at 30 s.
 """
 
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--big", action="store_true", help="also 10,240 GPUs x 7 days, ingested with --link")
     parser.add_argument("--big-gpus", type=int, default=10_240)
     parser.add_argument("--big-step", type=float, default=300.0,
-                        help="sampling step of --big (default 300: the 5 m rollups DESIGN §7 ingests for large fleets)")
+                        help="sampling step of --big (default 300: the 5 m rollups docs/architecture.md#scale ingests for large fleets)")
     parser.add_argument("--big-only", action="store_true", help="run --big alone")
     parser.add_argument("--promql", action="store_true", help="also PromQL on Prometheus (bench/promql.py)")
     parser.add_argument("--promql-gpus", type=int, default=64)

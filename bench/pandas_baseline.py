@@ -1,4 +1,4 @@
-"""A straightforward pandas implementation of idle hoarding and false utilization (DESIGN §5), as
+"""A straightforward pandas implementation of idle hoarding and false utilization (docs/architecture.md#finding-semantics), as
 someone would write it in a notebook: read the bundle, sort, groupby. bench/analyzer.py times it
 side by side with the DuckDB analyses and checks that the answers agree.
 

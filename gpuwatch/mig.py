@@ -1,4 +1,4 @@
-"""MIG geometry: the placement table (DESIGN §6) and an exact placement search.
+"""MIG geometry: the placement table (docs/architecture.md#mig-placement) and an exact placement search.
 
 A100, H100 and H200 GPUs have 8 memory slices and 7 compute slices; a GPU instance occupies
 ``size`` consecutive memory slices from one of its profile's valid ``start`` slices. Everything

@@ -1,4 +1,4 @@
-"""The contracts between gpuwatch's stages: frozen records and the bundle's columns (DESIGN §3).
+"""The contracts between gpuwatch's stages: frozen records and the bundle's columns (docs/architecture.md#data-contract).
 
 Base units everywhere: ratios 0-1, bytes, watts, seconds, USD. Missing is ``None``/NaN, never 0.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# The bundle (DESIGN §3): file name -> columns, in order. store/schema.sql, the simulator and
+# The bundle (docs/architecture.md#data-contract): file name -> columns, in order. store/schema.sql, the simulator and
 # sample_data/ all use exactly these; tests/test_contracts.py keeps them in step.
 BUNDLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "devices": (

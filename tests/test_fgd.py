@@ -1,4 +1,4 @@
-"""fragmentation_fgd (DESIGN §5, Weng et al. ATC'23) against an independent brute-force FGD: a
+"""fragmentation_fgd (docs/architecture.md#finding-semantics, Weng et al. ATC'23) against an independent brute-force FGD: a
 task type "fits" a node when some k-subset of its GPUs can each take d, and the fragment is the
 free share outside every GPU such a subset could use. Checked on random small clusters and on
 the REAL Alibaba openb trace (pods running at one instant packed first-fit onto its GPU nodes),

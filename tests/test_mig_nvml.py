@@ -1,5 +1,5 @@
 """On a real MIG-capable GPU (gpu marker: skipped without /dev/nvidia0), NVML's own possible
-placements per profile id equal gpuwatch.mig's table (DESIGN §6 "confirm via NVML at runtime").
+placements per profile id equal gpuwatch.mig's table (docs/architecture.md#mig-placement "confirm via NVML at runtime").
 NVML returns them whether MIG mode is on or off, so this changes no GPU setting.
 """
 

@@ -11,7 +11,7 @@ st.title("MIG")
 ui.window_caption(ctx)
 st.caption("Each row is a MIG-enabled GPU, each cell one of its 8 memory slices, at the end of the window. "
            "*Stranded* slices are free but no profile requested in this window can be placed on them "
-           "(placement rules: DESIGN §6). The right-hand map is the cheapest repack of the in-use instances.")
+           "(placement rules: NVIDIA's MIG placement table). The right-hand map is the cheapest repack of the in-use instances.")
 summary = ui.analysis(ctx, "mig_fragmentation")
 slices = ui.analysis(ctx, "mig_layout", fragmentation=summary)  # reuse: no second placement search
 if summary.empty:

@@ -2,7 +2,7 @@
 
 Every part (each team's productive / false-util / idle / unobserved, the fleet's unallocated and
 stranded) is rounded with the largest-remainder method, so the rounded parts add up exactly to the
-rounded fleet cost (DESIGN §5: "Σ of all parts = fleet cost, to the cent").
+rounded fleet cost (docs/architecture.md#finding-semantics: "Σ of all parts = fleet cost, to the cent").
 """
 
 from __future__ import annotations

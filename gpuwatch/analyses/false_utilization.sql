@@ -1,7 +1,7 @@
 -- False utilization: pods that look busy (reported utilization) while the SMs do little (effective utilization).
 -- params: $start, $end (timestamps, window [start, end)), $false_reported_min (ratio), $false_effective_below (ratio), $false_offender_share (ratio)
 -- columns: namespace, pod, team, false_util_gpu_hours, false_share, mean_gap, false_util_cost_usd, gap_cost_usd, mean_reported, mean_effective, offender, node, judged_gpu_hours, effective_known, usd_per_hour
--- DESIGN §5: a sample is false when reported >= $false_reported_min and effective < $false_effective_below.
+-- docs/architecture.md#finding-semantics: a sample is false when reported >= $false_reported_min and effective < $false_effective_below.
 -- Only samples with a known effective value (SM_ACTIVE) are judged; without it a pod is not judged
 -- (effective_known = false), never assumed fine or false. A pod is an offender when its false time
 -- is at least $false_offender_share of its judged time. GPU-hours are weighted by GPU share.

@@ -16,7 +16,7 @@ step AS (
     WHERE gap > 0
 ),
 classified AS (
-    -- idle as DESIGN §5 defines it (reported and, where known, effective below the threshold)
+    -- idle as docs/architecture.md#finding-semantics defines it (reported and, where known, effective below the threshold)
     -- the bucket's index, not time_bucket(): integer arithmetic on epoch seconds is ~3x cheaper per row
     SELECT CAST(floor((epoch(ts) - epoch($start::TIMESTAMP)) / $bucket_seconds) AS BIGINT) AS bucket,
            gpu_share AS weight, usd_per_hour, reported, effective,

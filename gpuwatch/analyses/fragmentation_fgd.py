@@ -1,4 +1,4 @@
-"""FGD finisher: the fragmentation measure of Weng et al. (ATC'23), GPU-only (DESIGN §5).
+"""FGD finisher: the fragmentation measure of Weng et al. (ATC'23), GPU-only (docs/architecture.md#finding-semantics).
 
 For each task type m = (k GPUs, d milli-GPU each, GPU model or any) with popularity p_m, a node's
 GPUs with free shares R_g fragment F_n(m) = Σ R_g when fewer than k GPUs (of m's model) have

@@ -1,7 +1,7 @@
 -- Idle hoarding: allocated pods whose GPUs sit idle, for how long, holding what memory, at what cost.
 -- params: $start, $end (timestamps, window [start, end)), $idle_below (ratio), $gap_steps (steps), $min_idle_run_seconds (seconds), $hoarder_idle_share (ratio), $min_observed_seconds (seconds)
 -- columns: namespace, pod, team, idle_gpu_hours, idle_share, longest_idle_seconds, max_fb_used_bytes_idle, idle_cost_usd, hoarder, node, owner_kind, owner_name, priority_class, idle_since, reclaimable_now, usd_per_hour, gpu_count, device_ids, observed_gpu_hours, observed_seconds, observed_cost_usd, end_ts
--- DESIGN §5. Each sample stands for one series step of its device; GPU-hours are weighted by the
+-- docs/architecture.md#finding-semantics. Each sample stands for one series step of its device; GPU-hours are weighted by the
 -- sample's GPU share (MIG slices / 7, a time-sliced pod's gpu_count) so idle cost reconciles with
 -- chargeback. A gap > $gap_steps steps is unknown time: neither idle nor busy, and it ends a run.
 -- Runs are found from each sample's neighbours (staging keeps them): a run starts at an idle sample

@@ -2,7 +2,7 @@
 -- params: $start, $end (timestamps, window [start, end)), $mem_headroom (ratio), $compute_quantile (ratio), $min_observed_seconds (seconds), $hours_per_month (hours)
 -- columns: namespace, pod, team, node, gpu_model, gpu_count, peak_fb_used_bytes, sm_active_quantile, profile, profile_id, current_usd_per_hour, target_usd_per_hour, monthly_savings_usd, observed_seconds
 -- Candidate = a pod on whole, unshared GPUs with known SM activity and at least $min_observed_seconds
--- observed. Target = the smallest MIG profile (DESIGN §6 table, 7g excluded: no saving) whose memory
+-- observed. Target = the smallest MIG profile (docs/architecture.md#mig-placement table, 7g excluded: no saving) whose memory
 -- (its memory slices / 8 of the GPU) covers the pod's peak fb_used_bytes x (1 + $mem_headroom) and
 -- whose compute (slices / 7) covers the $compute_quantile quantile of its SM activity.
 -- Priced like chargeback: a "<model>/<profile>" price row, else the GPU price x compute slices / 7.

@@ -1,7 +1,7 @@
 -- Utilization per pod: GPU-hours held and what the GPUs did with them (reported vs effective).
 -- params: $start, $end (timestamps, window [start, end))
 -- columns: namespace, pod, team, gpu_hours, mean_gpu_util, mean_gr_engine_active, mean_sm_active, mean_tensor_active, max_fb_used_bytes, mean_reported, mean_effective, node, gpu_count, cost_usd
--- Means are over the pod's observed samples (series, DESIGN §5); a mean is NULL (unknown, never 0)
+-- Means are over the pod's observed samples (series, docs/architecture.md#finding-semantics); a mean is NULL (unknown, never 0)
 -- when the field was never reported (e.g. SM activity without DCGM profiling, GPU_UTIL on MIG).
 -- gpu_hours are observed samples x step x GPU share (MIG slices / 7, time-sliced gpu_count).
 WITH per_stream AS (

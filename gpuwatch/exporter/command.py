@@ -1,4 +1,4 @@
-"""``gpuwatch export``: the per-node exporter (DaemonSet agent). Flags per DESIGN §2."""
+"""``gpuwatch export``: the per-node exporter (DaemonSet agent). Flags per docs/architecture.md#parts."""
 
 from __future__ import annotations
 

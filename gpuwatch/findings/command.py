@@ -1,6 +1,6 @@
 """`gpuwatch analyze`: run every analysis over a window; write one CSV each, or print a summary.
 
-Outputs (DESIGN §5): utilization, idle_hoarding, false_utilization, mig_fragmentation,
+Outputs (docs/architecture.md#finding-semantics): utilization, idle_hoarding, false_utilization, mig_fragmentation,
 fragmentation_fgd, chargeback and recommendations. Every threshold in analyses.params.DEFAULTS is a
 flag (``--idle-below 0.05`` ...). ``--input DIR`` / ``--from URL`` ingest first.
 """
@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--end", help="window end, ISO-8601 UTC (default: the hour after the last data point)")
     parser.add_argument("--out", help="directory for the CSV files (required for --format csv)")
     parser.add_argument("--format", choices=("csv", "table"), default="csv", help="output (default: %(default)s)")
-    group = parser.add_argument_group("thresholds (DESIGN §5)")
+    group = parser.add_argument_group("thresholds (docs/architecture.md#finding-semantics)")
     for key, value in defaults.DEFAULTS.items():
         group.add_argument(f"--{key.replace('_', '-')}", dest=key, type=float, default=value,
                            help=f"{defaults.HELP[key]} (default: %(default)s)")

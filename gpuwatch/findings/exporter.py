@@ -142,7 +142,7 @@ def compute(con: Any, *, window: timedelta) -> dict:
 
 
 def findings(frames: dict) -> dict[str, list[tuple[tuple, float]]]:
-    """Series per metric from analysis frames (DESIGN §5 columns); only non-zero findings."""
+    """Series per metric from analysis frames (docs/architecture.md#finding-semantics columns); only non-zero findings."""
     out: dict[str, list] = {}
     idle, false = frames.get("idle_hoarding"), frames.get("false_utilization")
     if idle is not None:

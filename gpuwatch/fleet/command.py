@@ -1,4 +1,4 @@
-"""`gpuwatch simulate`: write a bundle (DESIGN §3) for a synthetic fleet, plus ``truth.csv``.
+"""`gpuwatch simulate`: write a bundle (docs/architecture.md#data-contract) for a synthetic fleet, plus ``truth.csv``.
 
 Samples stream segment by segment (workloads.iter_samples) into Parquet row groups or appended
 CSV chunks, so 1,024 GPUs x 7 days x 30 s (20.6M rows) and 10,240-GPU fleets fit in memory.
@@ -60,7 +60,7 @@ def write_bundle(fleet: workloads.Fleet, out: Path, *, step: float = 60.0, fmt: 
 
 
 def devices_frame(fleet: workloads.Fleet):
-    """One row per GPU (MIG parents included, DESIGN §3) and one per MIG instance."""
+    """One row per GPU (MIG parents included, docs/architecture.md#data-contract) and one per MIG instance."""
     import pandas as pd
 
     rows, parents = [], set()

@@ -123,7 +123,7 @@ def devices_frame(series: list[Series], notes: list[str]):
 
 
 def _with_parents(rows: dict[tuple, dict]) -> list[dict]:
-    """The rows plus one whole-GPU row per MIG-enabled GPU (DESIGN §3: one row per GPU, and one
+    """The rows plus one whole-GPU row per MIG-enabled GPU (docs/architecture.md#data-contract: one row per GPU, and one
     per instance); dcgm-exporter reports such a GPU only per instance, so its size is unknown."""
     whole = {(n, u) for n, u, gi in rows if gi is None}
     parents = {}

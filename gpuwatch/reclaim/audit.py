@@ -1,6 +1,6 @@
 """The ``reclaim_audit`` table: every decision, written by the controller, read by app and report.
 
-Columns are fixed by contracts.md (``COLUMNS``). The SQL lives in ``sql/*.sql``; parameters are
+Columns are fixed here (``COLUMNS``) and created by store/reclaim_audit.sql. The SQL lives in ``sql/*.sql``; parameters are
 bound. ``counterfactual`` turns a dry-run week into "would have reclaimed N GPU-hours = $X".
 """
 

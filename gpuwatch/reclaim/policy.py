@@ -61,7 +61,7 @@ class CustomKind:
 
 @dataclass(frozen=True)
 class Policy:
-    """What the controller may do. Defaults are the safe ones (DESIGN §5 thresholds)."""
+    """What the controller may do. Defaults are the safe ones (docs/architecture.md#finding-semantics thresholds)."""
 
     namespaces: tuple[str, ...] = ()
     protected_namespaces: tuple[str, ...] = BUILTIN_PROTECTED_NAMESPACES

@@ -1,4 +1,4 @@
-"""Reading a bundle directory (DESIGN §3): Parquet or CSV files, as DuckDB relations.
+"""Reading a bundle directory (docs/architecture.md#data-contract): Parquet or CSV files, as DuckDB relations.
 
 A bundle holds any subset of ``devices``, ``samples``, ``pods``, ``prices``, each as
 ``<name>.parquet``, ``<name>.csv`` (optionally ``.gz``) or a ``<name>/`` directory of Parquet

@@ -1,5 +1,5 @@
 -- reclaim_audit: every decision the reclaim controller makes; the app and report read it.
--- The one definition (contracts.md fixes the columns): connect() runs it, and so does
+-- The one definition (reclaim/audit.py's COLUMNS name them): connect() runs it, and so does
 -- store.ensure_reclaim_audit() for the controller on any DuckDB file.
 CREATE TABLE IF NOT EXISTS reclaim_audit (
     ts TIMESTAMP,

@@ -1,4 +1,4 @@
--- Raw tables: exactly the bundle's files and columns (DESIGN §3, model.BUNDLE_COLUMNS), base units.
+-- Raw tables: exactly the bundle's files and columns (docs/architecture.md#data-contract, model.BUNDLE_COLUMNS), base units.
 -- Nothing here is cleaned: staging.sql is the only place units, names and duplicates change.
 -- Timestamps are TIMESTAMP holding UTC (the store's session time zone is UTC).
 

@@ -57,7 +57,7 @@ node_model AS (
 ),
 shaped AS (
     SELECT r.* EXCLUDE (team),
-           -- chargeback key: the pod's `team` label, else its namespace (DESIGN §5)
+           -- chargeback key: the pod's `team` label, else its namespace (docs/architecture.md#finding-semantics)
            coalesce(nullif(trim(r.team), ''), r.namespace) AS team,
            greatest(coalesce(len(string_split(nullif(r.device_ids, ''), ',')), 0), 1) AS device_count,
            nullif(regexp_extract(r.gpu_resource, 'mig-(.+)$', 1), '') AS mig_profile,
@@ -141,7 +141,7 @@ SELECT * FROM final;
 
 CREATE TABLE IF NOT EXISTS stg_streams AS SELECT * FROM stg_streams_for() LIMIT 0;
 
--- Rows: clean values, one row per (stream, ts), units as ratios 0-1 (DESIGN §5). Every rule here is
+-- Rows: clean values, one row per (stream, ts), units as ratios 0-1 (docs/architecture.md#finding-semantics). Every rule here is
 -- per node (dedup keys and series include the node), so the macro takes a
 -- node range [node_lo, node_hi] (NULL = open): refresh() runs it a few nodes at a time, keeping each
 -- window sort in memory, and the result is the same as one pass over every node.
@@ -245,7 +245,7 @@ SELECT r.ts, k.node, k.gpu_uuid, k.mig_gi_id, k.namespace, k.pod, r.container,
 FROM stg_sample_rows r
 JOIN stg_streams k USING (stream_id);
 
--- Series (DESIGN §5) inside a window, narrow: the rows of allocated pods that have a reported value,
+-- Series (docs/architecture.md#finding-semantics) inside a window, narrow: the rows of allocated pods that have a reported value,
 -- with dt_seconds / next_dt_seconds (intervals to the neighbouring samples) and prev_/next_ reported
 -- and effective (the neighbours' readings). Per-stream constants are in stg_streams (by stream_id).
 CREATE OR REPLACE MACRO stg_series_rows(window_start, window_end) AS TABLE
