@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+from datetime import UTC
 from pathlib import Path
 
 import numpy as np
 
 from gpuwatch import fleet as workloads
+from gpuwatch import units
 from gpuwatch.model import BUNDLE_COLUMNS, TRUTH_COLUMNS
 
 log = logging.getLogger(__name__)
@@ -154,14 +156,11 @@ def _schema():
 
 
 def _epoch(text: str) -> float:
-    """Epoch seconds from ``1794182400`` or ``2026-11-09T00:00:00Z``."""
-    from datetime import UTC, datetime
-
+    """Epoch seconds from ``1794182400`` or ``2026-11-09T00:00:00Z`` (gpuwatch.units' one time parser)."""
     try:
         return float(text)
     except ValueError:
-        stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
+        return units.parse_utc(text, what="--start").replace(tzinfo=UTC).timestamp()
 
 
 def _write_small(frame, path: Path) -> None:

@@ -109,7 +109,7 @@ def _line_of(text: str, name: str, labels: dict, *, nth: int) -> int:
 
 def _epoch(at: float | datetime | str) -> float:
     if isinstance(at, str):
-        at = datetime.fromisoformat(at.replace("Z", "+00:00"))
+        at = units.parse_utc(at, what="--at")
     if isinstance(at, datetime):  # naive = UTC, as everywhere in gpuwatch
         return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
     return float(at)
