@@ -20,7 +20,7 @@ import gpuwatch.analyses as analyses
 import gpuwatch.analyses.params as analysis_params
 import gpuwatch.store as store
 import gpuwatch.units as units
-from gpuwatch.findings import findings
+from gpuwatch.findings import csvfile, findings
 
 DB_ENV = "GPUWATCH_DB"
 
@@ -175,7 +175,7 @@ def table(frame: pd.DataFrame, name: str, *, empty: str) -> None:
         return
     shown = readable(frame)
     st.dataframe(shown, hide_index=True, width="stretch", column_config=_column_config(shown))
-    st.download_button(f"Download {name}.csv", frame.to_csv(index=False).encode(), file_name=f"{name}.csv",
+    st.download_button(f"Download {name}.csv", csvfile.safe(frame).to_csv(index=False).encode(), file_name=f"{name}.csv",
                        mime="text/csv", key=f"csv_{name}")
 
 

@@ -52,5 +52,5 @@ st.subheader("Fleet: unallocated and stranded")
 ui.table(fleet_parts[["kind", "team", "cost_usd", "share_of_fleet"]], "chargeback_fleet",
          empty="Nothing unallocated or stranded.")
 st.download_button("Download chargeback.csv (all rows, as in the weekly report)",
-                   frame.to_csv(index=False).encode(), file_name="chargeback.csv", mime="text/csv",
+                   ui.csvfile.safe(frame).to_csv(index=False).encode(), file_name="chargeback.csv", mime="text/csv",
                    key="csv_chargeback_all")

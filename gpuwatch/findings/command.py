@@ -16,7 +16,7 @@ from typing import Any
 
 from gpuwatch import analyses, store, units
 from gpuwatch.analyses import params as defaults
-from gpuwatch.findings import findings
+from gpuwatch.findings import csvfile, findings
 from gpuwatch.ingest import command
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     analyses.persist(con, params)
     results = analyze(con, params)
     if args.out:
-        write_csvs(results, Path(args.out))
+        write_csvs(results, Path(args.out), data_as_of=data_as_of(con, end))
     if args.format == "table":
         print(summary(results, start=start, end=end))
     return 0
@@ -73,12 +73,21 @@ def analyze(con: Any, params: dict) -> dict:
     return {name: results[name] for name in OUTPUTS}
 
 
-def write_csvs(results: dict, out: Path) -> None:
-    """One CSV per analysis: timestamps ISO-8601 UTC, floats at full precision."""
+def write_csvs(results: dict, out: Path, *, data_as_of: str | None = None) -> None:
+    """One CSV per analysis: timestamps ISO-8601 UTC, floats at full precision, text cells safe to
+    open in a spreadsheet; every row carries ``data_as_of`` (the reclaim controller acts on no
+    findings without it)."""
     out.mkdir(parents=True, exist_ok=True)
     for name, frame in results.items():
+        frame = csvfile.safe(frame).assign(data_as_of=data_as_of or "")
         frame.to_csv(out / f"{name}.csv", index=False, date_format="%Y-%m-%dT%H:%M:%SZ")
     log.info("wrote %d files to %s", len(results), out)
+
+
+def data_as_of(con: Any, end: datetime) -> str | None:
+    """The time of the latest sample the window's findings rest on (ISO-8601 UTC), None without data."""
+    last = store.data_range(con)[1]
+    return None if last is None else min(last, end).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def summary(results: dict, *, start: datetime, end: datetime) -> str:

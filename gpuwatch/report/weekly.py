@@ -16,7 +16,7 @@ from typing import Any
 
 from gpuwatch import analyses
 from gpuwatch.analyses import params as analysis_params
-from gpuwatch.findings import findings
+from gpuwatch.findings import csvfile, findings
 from gpuwatch.report import isoweek as weeks
 from gpuwatch.report import render, view
 from gpuwatch.report.isoweek import Week
@@ -79,7 +79,7 @@ def write(data: WeekData, out: Path, *, version: str) -> list[Path]:
     csv = out / "chargeback.csv"
     charge = data.frames["chargeback"]
     money = {c: 2 for c in charge.columns if c.endswith("_usd")}  # cents, as the analysis rounded them
-    charge.round({**dict.fromkeys(charge.select_dtypes("float").columns, 6), **money}).to_csv(csv, index=False)
+    csvfile.safe(charge.round({**dict.fromkeys(charge.select_dtypes("float").columns, 6), **money})).to_csv(csv, index=False)
     written.append(csv)
     return written
 
