@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gpuwatch import analyses
+from gpuwatch import analyses, units
 
 PARTS = ("productive_usd", "false_util_usd", "idle_usd", "unobserved_usd")
 COLUMNS = ("kind", "team", "namespace", "gpu_hours", "cost_usd", *PARTS, "pods", "share_of_fleet", "fleet_cost_usd")
@@ -34,14 +34,29 @@ def finish(con: Any, frame, params: dict):
         {"kind": "stranded", "team": "(stranded MIG)", "namespace": "", "cost_usd": cents[-1] / 100, "pods": 0},
     ])
     teams["cost_usd"] = [sum(cents[i * 4:(i + 1) * 4]) / 100 for i in range(len(teams))]
-    out = pd.concat([teams, extra], ignore_index=True)
+    out = pd.concat([teams, extra, problems(frame)], ignore_index=True)
+    priced = ~out["kind"].isin(PROBLEMS)
     for part in PARTS:
-        out[part] = out[part].fillna(0.0)
+        out[part] = out[part].where(~priced, out[part].fillna(0.0))
     out["gpu_hours"] = out["gpu_hours"].fillna(0.0)
     out["fleet_cost_usd"] = sum(cents) / 100
     out["share_of_fleet"] = out["cost_usd"] / fleet if fleet else math.nan
     out = out.sort_values(["kind", "cost_usd", "team", "namespace"], ascending=[False, False, True, True], kind="stable")
     return out[list(COLUMNS)].reset_index(drop=True)
+
+
+# Rows that carry GPU-hours but no dollars: never $0 inside a team, never part of the fleet cost.
+PROBLEMS = ("unpriced", "unpriced_capacity", "over_allocated")
+
+
+def problems(frame):
+    """Unpriced use, unpriced GPUs and over-allocation: GPU-hours shown, cost unknown (NaN)."""
+    rows = frame[frame["kind"].isin(PROBLEMS)].copy()
+    rows.loc[rows["kind"] == "unpriced_capacity", "team"] = "(unpriced GPUs)"
+    rows.loc[rows["kind"] == "unpriced_capacity", "namespace"] = ""
+    for column in (*PARTS, "cost_usd"):
+        rows[column] = float("nan")
+    return rows
 
 
 def stranded_usd(con: Any, mig_free, params: dict) -> float:
@@ -68,6 +83,9 @@ def largest_remainder(values: list[float], *, total: float) -> list[int]:
     floors = [math.floor(v * 100) for v in values]
     remainders = sorted(range(len(values)), key=lambda i: (-(values[i] * 100 - floors[i]), i))
     missing = target - sum(floors)
+    if abs(missing) > len(values):  # exact arithmetic misses by at most one cent per value
+        raise units.DataError(f"chargeback: amounts out of range for cent rounding (total ${total:,.2f}); "
+                              "check the prices and allocations")
     for k in range(abs(missing)):
         i = remainders[k % len(values)] if missing > 0 else remainders[-1 - k % len(values)]
         floors[i] += 1 if missing > 0 else -1

@@ -10,6 +10,11 @@
 -- one `fleet` row and one `mig_free` row per MIG GPU (its uninstantiated capacity); chargeback.py
 -- takes the stranded part of that from mig_fragmentation, leaves the rest unallocated, and rounds
 -- every part to the cent with largest remainders so the parts sum exactly to the fleet cost.
+-- Never a wrong dollar: a pod on a GPU whose model has no price is an `unpriced` row (GPU-hours,
+-- no cost), not $0 inside its team; GPUs without a price are one `unpriced_capacity` row and are
+-- outside the fleet cost; an allocation beyond the capacity it can hold was capped in staging and
+-- its excess is an `over_allocated` row (a data problem, not a charge); an allocation with no end
+-- whose node stopped reporting (no sample in the data's last 15 minutes) ends at its node's last sample.
 WITH classified AS (
     SELECT stream_id,
            is_idle(reported, effective, $idle_below) AS idle,
@@ -31,17 +36,29 @@ observed AS (
            coalesce(sum(s.false_n * k.step_seconds * k.usd_per_hour) / 3600.0, 0) AS false_util_usd,
            coalesce(sum(s.productive_n * k.step_seconds * k.usd_per_hour) / 3600.0, 0) AS productive_usd,
            coalesce(sum(s.samples * k.step_seconds * k.usd_per_hour) / 3600.0, 0) AS observed_usd,
-           sum(s.samples * k.step_seconds * k.gpu_share) / 3600.0 AS observed_gpu_hours
+           sum(s.samples * k.step_seconds * k.gpu_share) / 3600.0 AS observed_gpu_hours,
+           bool_or(k.usd_per_hour IS NULL) AS observed_unpriced
     FROM per_stream s
     JOIN stg_streams k USING (stream_id)
     GROUP BY k.namespace, k.pod
 ),
+stream_last AS (
+    SELECT stream_id, max(ts) AS last_ts FROM stg_sample_rows GROUP BY stream_id
+),
+node_last AS (
+    SELECT k.node, max(l.last_ts) AS last_ts FROM stream_last l JOIN stg_streams k USING (stream_id) GROUP BY k.node
+),
+vanished AS (
+    -- nodes that stopped reporting before the data's end: their open allocations end there
+    SELECT node, last_ts FROM node_last
+    WHERE last_ts < (SELECT max(last_ts) FROM node_last) - INTERVAL 15 MINUTE
+),
 allocated AS (
     -- the part of each allocation inside the window
-    SELECT namespace, pod, team, usd_per_hour, gpu_equivalents,
-           greatest(epoch(least(coalesce(end_ts, $end::TIMESTAMP), $end::TIMESTAMP))
-                    - epoch(greatest(coalesce(start_ts, $start::TIMESTAMP), $start::TIMESTAMP)), 0) AS seconds
-    FROM stg_pods
+    SELECT p.namespace, p.pod, p.team, p.usd_per_hour, p.gpu_equivalents, p.over_gpus,
+           greatest(epoch(least(coalesce(p.end_ts, v.last_ts, $end::TIMESTAMP), $end::TIMESTAMP))
+                    - epoch(greatest(coalesce(p.start_ts, $start::TIMESTAMP), $start::TIMESTAMP)), 0) AS seconds
+    FROM stg_pods p LEFT JOIN vanished v ON v.node = p.node
 ),
 per_pod AS (
     SELECT coalesce(a.namespace, o.namespace) AS namespace,
@@ -49,17 +66,25 @@ per_pod AS (
            greatest(coalesce(a.seconds * a.gpu_equivalents / 3600.0, 0), coalesce(o.observed_gpu_hours, 0)) AS gpu_hours,
            greatest(coalesce(a.seconds * a.usd_per_hour / 3600.0, 0), coalesce(o.observed_usd, 0)) AS allocated_usd,
            coalesce(o.productive_usd, 0) AS productive_usd, coalesce(o.false_util_usd, 0) AS false_util_usd,
-           coalesce(o.idle_usd, 0) AS idle_usd, coalesce(o.observed_usd, 0) AS observed_usd
+           coalesce(o.idle_usd, 0) AS idle_usd, coalesce(o.observed_usd, 0) AS observed_usd,
+           (a.pod IS NOT NULL AND a.usd_per_hour IS NULL) OR coalesce(o.observed_unpriced, FALSE) AS unpriced,
+           coalesce(a.seconds * a.over_gpus / 3600.0, 0) AS over_gpu_hours
     FROM allocated a
     FULL OUTER JOIN observed o ON o.namespace = a.namespace AND o.pod = a.pod
     WHERE coalesce(a.seconds, 0) > 0 OR o.pod IS NOT NULL
 ),
 teams AS (
-    SELECT 'team' AS kind, team, namespace, sum(gpu_hours) AS gpu_hours,
+    SELECT CASE WHEN unpriced THEN 'unpriced' ELSE 'team' END AS kind, team, namespace, sum(gpu_hours) AS gpu_hours,
            sum(productive_usd) AS productive_usd, sum(false_util_usd) AS false_util_usd, sum(idle_usd) AS idle_usd,
            sum(allocated_usd - observed_usd) AS unobserved_usd, count(*) AS pods,
            CAST(NULL AS VARCHAR) AS node, CAST(NULL AS VARCHAR) AS gpu_uuid, CAST(NULL AS DOUBLE) AS amount_usd
     FROM per_pod
+    GROUP BY unpriced, team, namespace
+),
+over_allocated AS (
+    SELECT 'over_allocated' AS kind, team, namespace, sum(over_gpu_hours), 0.0, 0.0, 0.0, 0.0, count(*),
+           NULL, NULL, NULL
+    FROM per_pod WHERE over_gpu_hours > 0
     GROUP BY team, namespace
 ),
 gpus AS (
@@ -72,12 +97,17 @@ gpus AS (
 priced AS (
     SELECT g.*, p.usd_per_gpu_hour * (epoch($end::TIMESTAMP) - epoch($start::TIMESTAMP)) / 3600.0 AS window_usd,
            (epoch($end::TIMESTAMP) - epoch($start::TIMESTAMP)) / 3600.0 AS window_hours
-    FROM gpus g LEFT JOIN stg_prices p ON p.gpu_model = g.gpu_model
+    FROM gpus g LEFT JOIN stg_prices p ON p.model_key = model_key(g.gpu_model)
 ),
 fleet AS (
-    SELECT 'fleet' AS kind, NULL AS team, NULL AS namespace, sum(window_hours) AS gpu_hours,
+    SELECT 'fleet' AS kind, NULL AS team, NULL AS namespace, sum(window_hours) FILTER (WHERE window_usd IS NOT NULL),
            0.0, 0.0, 0.0, 0.0, count(*) AS pods, NULL, NULL, coalesce(sum(window_usd), 0) AS amount_usd
     FROM priced
+),
+unpriced_capacity AS (
+    SELECT 'unpriced_capacity' AS kind, NULL, NULL, sum(window_hours), 0.0, 0.0, 0.0, 0.0, count(*),
+           NULL, NULL, NULL
+    FROM priced WHERE window_usd IS NULL HAVING count(*) > 0
 ),
 mig_free AS (
     -- a MIG GPU's capacity that no instance holds (GPU price minus its instances' prices)
@@ -87,7 +117,9 @@ mig_free AS (
 ),
 final AS (
     SELECT * FROM teams
+    UNION ALL SELECT * FROM over_allocated
     UNION ALL SELECT * FROM fleet
+    UNION ALL SELECT * FROM unpriced_capacity
     UNION ALL SELECT * FROM mig_free
 )
 SELECT * FROM final ORDER BY kind DESC, team, namespace, node, gpu_uuid

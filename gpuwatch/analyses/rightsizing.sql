@@ -71,8 +71,8 @@ final AS (
            f.observed_seconds
     FROM fits f
     LEFT JOIN stg_pods a USING (namespace, pod)
-    LEFT JOIN stg_prices mp ON mp.gpu_model = f.gpu_model
-    LEFT JOIN stg_prices pp ON pp.gpu_model = f.gpu_model || '/' || f.profile
+    LEFT JOIN stg_prices mp ON mp.model_key = model_key(f.gpu_model)
+    LEFT JOIN stg_prices pp ON pp.model_key = model_key(f.gpu_model || '/' || f.profile)
     WHERE f.rank = 1
 )
 SELECT * FROM final ORDER BY round(monthly_savings_usd, 6) DESC NULLS LAST, namespace, pod

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from gpuwatch.model import BUNDLE_COLUMNS
 from gpuwatch.store.validate import (
+    BOUND_MESSAGE,
     EARLIEST_EPOCH,
     FLOAT32_MESSAGE,
     FLOATS,
@@ -25,6 +26,7 @@ from gpuwatch.store.validate import (
     REQUIRED,
     TIMESTAMPS,
     TS_MESSAGE,
+    UPPER_BOUNDS,
     BundleError,
     check_column_names,
 )
@@ -120,6 +122,9 @@ def _column(name: str, column: str, source: str | None, *, file: str) -> tuple[s
     if column in NON_NEGATIVE.get(name, ()):
         rules.append(Rule(column, f"{n} < 0", n,
                           "negative value {raw} (a count, size or price cannot be negative)"))
+    if (name, column) in UPPER_BOUNDS:
+        bound = UPPER_BOUNDS[(name, column)]
+        rules.append(Rule(column, f"isinf({n}) OR {n} > {bound}", n, BOUND_MESSAGE.replace("{bound:g}", f"{bound:g}")))
     if name == "samples" and column in RATIO_LIMITS:
         rules.append(Rule(column, f"{n} > {RATIO_LIMITS[column]}", n, RATIO_MESSAGE))
     if not integer:

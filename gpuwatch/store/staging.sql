@@ -1,16 +1,21 @@
 -- Staging: the ONLY place units, names and duplicates change (dbt-style stg_* over raw tables).
 -- Analyses read stg_* (and reclaim_audit) only. Statements are separated by ";\n\n" lines.
 
--- Prices: one per model (or "<model>/<mig profile>"); names trimmed; negative/NaN prices dropped.
+-- Prices: one per model (or "<model>/<mig profile>"); matched on model_key (trimmed, case-folded),
+-- so "NVIDIA H100 80GB HBM3" and "nvidia h100 80gb hbm3" are one model; a load refuses negative,
+-- non-finite and absurd prices, and a device whose model has no price here stays unpriced (NULL),
+-- which chargeback reports as such, never as $0.
+CREATE OR REPLACE MACRO model_key(name) AS lower(trim(name));
+
 CREATE OR REPLACE VIEW stg_prices AS
 WITH raw AS (
-    SELECT trim(gpu_model) AS gpu_model, usd_per_gpu_hour FROM prices
+    SELECT trim(gpu_model) AS gpu_model, model_key(gpu_model) AS model_key, usd_per_gpu_hour FROM prices
     WHERE isfinite(usd_per_gpu_hour) AND usd_per_gpu_hour >= 0
 ),
 final AS (
-    SELECT gpu_model, max(usd_per_gpu_hour) AS usd_per_gpu_hour FROM raw GROUP BY gpu_model
+    SELECT model_key, min(gpu_model) AS gpu_model, max(usd_per_gpu_hour) AS usd_per_gpu_hour FROM raw GROUP BY model_key
 )
-SELECT * FROM final;
+SELECT gpu_model, usd_per_gpu_hour, model_key FROM final;
 
 -- The two sample rules, declared once and used by every analysis (idle_hoarding, chargeback,
 -- fleet_timeseries, false_utilization). Idle: reported utilization below the threshold, and SM
@@ -42,8 +47,8 @@ final AS (
            CASE WHEN s.mig_gi_id IS NULL THEN mp.usd_per_gpu_hour
                 ELSE coalesce(pp.usd_per_gpu_hour, mp.usd_per_gpu_hour * mig_gpu_share(s.compute_slices)) END AS usd_per_hour
     FROM sized s
-    LEFT JOIN stg_prices mp ON mp.gpu_model = s.gpu_model
-    LEFT JOIN stg_prices pp ON pp.gpu_model = s.gpu_model || '/' || s.mig_profile
+    LEFT JOIN stg_prices mp ON mp.model_key = model_key(s.gpu_model)
+    LEFT JOIN stg_prices pp ON pp.model_key = model_key(s.gpu_model || '/' || s.mig_profile)
 )
 SELECT * FROM final;
 
@@ -53,16 +58,27 @@ WITH raw AS (
     SELECT DISTINCT ON (namespace, pod) * FROM pods ORDER BY namespace, pod, start_ts DESC NULLS LAST
 ),
 node_model AS (
-    SELECT node, min(gpu_model) AS gpu_model FROM stg_devices GROUP BY node
+    SELECT node, min(gpu_model) AS gpu_model, count(DISTINCT gpu_uuid) AS gpus FROM stg_devices GROUP BY node
 ),
 shaped AS (
     SELECT r.* EXCLUDE (team),
            -- chargeback key: the pod's `team` label, else its namespace (docs/architecture.md#finding-semantics)
            coalesce(nullif(trim(r.team), ''), r.namespace) AS team,
            greatest(coalesce(len(string_split(nullif(r.device_ids, ''), ',')), 0), 1) AS device_count,
+           -- capacity the allocation can hold: its listed devices, else its node's GPUs (unknown: no cap)
+           least(CASE WHEN nullif(r.device_ids, '') IS NOT NULL THEN len(string_split(r.device_ids, ',')) END,
+                 nm.gpus) AS capacity,
            nullif(regexp_extract(r.gpu_resource, 'mig-(.+)$', 1), '') AS mig_profile,
            nm.gpu_model
     FROM raw r LEFT JOIN node_model nm ON nm.node = r.node
+),
+capped AS (
+    -- an allocation is capped at the capacity it can hold (1.5 GPUs on one whole GPU, 1000 on one
+    -- device); the excess is a data problem chargeback reports (over_gpus), never a charge
+    SELECT s.* EXCLUDE (gpu_count), s.gpu_count AS requested_gpu_count,
+           least(s.gpu_count, coalesce(s.capacity, s.gpu_count)) AS gpu_count,
+           s.gpu_count - least(s.gpu_count, coalesce(s.capacity, s.gpu_count)) AS over_gpus
+    FROM shaped s
 ),
 final AS (
     SELECT s.*,
@@ -72,9 +88,9 @@ final AS (
            s.gpu_count * slice_share AS gpu_equivalents,
            s.gpu_count * CASE WHEN s.mig_profile IS NULL THEN mp.usd_per_gpu_hour
                               ELSE coalesce(pp.usd_per_gpu_hour, mp.usd_per_gpu_hour * slice_share) END AS usd_per_hour
-    FROM shaped s
-    LEFT JOIN stg_prices mp ON mp.gpu_model = s.gpu_model
-    LEFT JOIN stg_prices pp ON pp.gpu_model = s.gpu_model || '/' || s.mig_profile
+    FROM capped s
+    LEFT JOIN stg_prices mp ON mp.model_key = model_key(s.gpu_model)
+    LEFT JOIN stg_prices pp ON pp.model_key = model_key(s.gpu_model || '/' || s.mig_profile)
 )
 SELECT * FROM final;
 

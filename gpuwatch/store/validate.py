@@ -42,6 +42,10 @@ FUTURE_SLACK_SECONDS = 86_400.0
 # may exceed 1 on MIG instances (DCGM reports it so): staging clamps and counts those.
 RATIO_LIMITS = {"gpu_util": 1.05, "gr_engine_active": 1.05, "sm_occupancy": 1.05, "tensor_active": 1.05,
                 "dram_active": 1.05, "sm_active": 1.5}
+# Upper bounds that no real value reaches: a price or a GPU count above them is a unit slip or a
+# typo (and 1e20 would make cent rounding meaningless). Non-finite values are refused too.
+UPPER_BOUNDS = {("prices", "usd_per_gpu_hour"): 1000.0, ("pods", "gpu_count"): 4096.0}
+BOUND_MESSAGE = "{raw} is not a plausible value (finite, at most {bound:g})"
 RATIO_MESSAGE = "{raw} is above 1: ratio columns hold 0-1 (a percent must be converted by its reader)"
 TS_MESSAGE = "bad timestamp {raw}: outside 2000-01-01 .. now + 1 day (epoch seconds expected; milliseconds?)"
 FLOAT32_MESSAGE = "holds float32 epoch seconds, which are off by up to a minute today; write float64 or integers"

@@ -1,0 +1,94 @@
+"""Chargeback never makes a wrong dollar (regressions for the fail-safe issue's defect 4): a GPU
+model without a price is reported as unpriced, never $0 inside a team; a case-different model name
+still finds its price; an allocation above the capacity it can hold is capped and the excess
+reported, so unallocated never goes negative; an open allocation whose node stopped reporting ends
+there; non-finite or absurd prices and GPU counts are refused at load."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from gpuwatch import analyses, store
+from gpuwatch.analyses.params import params
+
+T0 = pd.Timestamp("2026-11-09T00:00:00")
+WINDOW = params(T0.to_pydatetime(), (T0 + pd.Timedelta(hours=10)).to_pydatetime())
+
+
+def _load(*, prices, pods, devices=None, samples=None):
+    con = store.connect(None)
+    devices = devices or [{"node": "n1", "gpu_uuid": "GPU-a", "gpu_model": "NVIDIA H100 80GB HBM3"},
+                          {"node": "n2", "gpu_uuid": "GPU-b", "gpu_model": "Mystery GPU"}]
+    frames = {"devices": pd.DataFrame(devices), "prices": pd.DataFrame(prices), "pods": pd.DataFrame(pods)}
+    if samples is not None:
+        frames["samples"] = pd.DataFrame(samples)
+    store.load(con, frames, source="test")
+    return con
+
+
+def _pod(name, node, device, *, count=1.0, team="t", end=None):
+    return {"namespace": "ns", "pod": name, "node": node, "team": team, "gpu_resource": "nvidia.com/gpu",
+            "gpu_count": count, "device_ids": device, "start_ts": T0, "end_ts": end}
+
+
+def test_an_unpriced_gpu_is_reported_not_charged_as_zero():
+    con = _load(prices=[{"gpu_model": "NVIDIA H100 80GB HBM3", "usd_per_gpu_hour": 4.0}],
+                pods=[_pod("priced", "n1", "GPU-a"), _pod("mystery", "n2", "GPU-b", team="u")])
+    charge = analyses.run(con, "chargeback", **WINDOW)
+    assert charge["fleet_cost_usd"].iloc[0] == pytest.approx(40.0)  # only the priced GPU
+    teams = charge[charge["kind"] == "team"]
+    assert set(teams["team"]) == {"t"}  # team u has no $0 row
+    unpriced = charge[charge["kind"] == "unpriced"].set_index("team")
+    assert unpriced.at["u", "gpu_hours"] == pytest.approx(10.0) and math.isnan(unpriced.at["u", "cost_usd"])
+    capacity = charge[charge["kind"] == "unpriced_capacity"]
+    assert capacity["gpu_hours"].tolist() == [pytest.approx(10.0)] and capacity["cost_usd"].isna().all()
+    priced = charge[~charge["kind"].isin(["unpriced", "unpriced_capacity", "over_allocated"])]
+    assert round(priced["cost_usd"].sum(), 2) == 40.0  # reconciles over what is priced
+
+
+def test_a_case_different_model_name_finds_its_price():
+    con = _load(prices=[{"gpu_model": "nvidia h100 80gb hbm3 ", "usd_per_gpu_hour": 4.0},
+                        {"gpu_model": "MYSTERY GPU", "usd_per_gpu_hour": 1.0}],
+                pods=[_pod("p", "n1", "GPU-a")])
+    charge = analyses.run(con, "chargeback", **WINDOW)
+    assert charge["fleet_cost_usd"].iloc[0] == pytest.approx(50.0)
+    assert not charge["kind"].isin(["unpriced", "unpriced_capacity"]).any()
+
+
+def test_allocation_beyond_capacity_is_capped_and_reported():
+    con = _load(prices=[{"gpu_model": "NVIDIA H100 80GB HBM3", "usd_per_gpu_hour": 4.0},
+                        {"gpu_model": "Mystery GPU", "usd_per_gpu_hour": 1.0}],
+                pods=[_pod("greedy", "n1", "GPU-a", count=1000.0)])
+    charge = analyses.run(con, "chargeback", **WINDOW)
+    team = charge[charge["kind"] == "team"].iloc[0]
+    assert team["cost_usd"] == pytest.approx(40.0)  # one GPU's worth, not 1000
+    assert charge[charge["kind"] == "unallocated"]["cost_usd"].iloc[0] >= 0  # was -39,950
+    over = charge[charge["kind"] == "over_allocated"].iloc[0]
+    assert over["gpu_hours"] == pytest.approx(999 * 10.0) and math.isnan(over["cost_usd"])
+
+
+def test_an_open_allocation_ends_when_its_node_stops_reporting():
+    samples = [{"ts": T0 + pd.Timedelta(minutes=m), "node": node, "gpu_uuid": gpu, "gpu_util": 0.9,
+                "namespace": "ns", "pod": pod}
+               for node, gpu, pod, minutes in (("n1", "GPU-a", "live", 600), ("n2", "GPU-b", "gone", 120))
+               for m in range(minutes)]
+    con = _load(prices=[{"gpu_model": "NVIDIA H100 80GB HBM3", "usd_per_gpu_hour": 4.0},
+                        {"gpu_model": "Mystery GPU", "usd_per_gpu_hour": 1.0}],
+                pods=[_pod("live", "n1", "GPU-a"), _pod("gone", "n2", "GPU-b", team="g")], samples=samples)
+    charge = analyses.run(con, "chargeback", **WINDOW).set_index("team")
+    assert charge.at["g", "gpu_hours"] == pytest.approx(2.0, abs=0.05)  # not 10 h of a vanished node
+    assert charge.at["t", "gpu_hours"] == pytest.approx(10.0, abs=0.05)
+
+
+@pytest.mark.parametrize(("table", "row", "column"), [
+    ("prices", {"gpu_model": "x", "usd_per_gpu_hour": math.inf}, "usd_per_gpu_hour"),
+    ("prices", {"gpu_model": "x", "usd_per_gpu_hour": 1e20}, "usd_per_gpu_hour"),
+    ("pods", {"namespace": "a", "pod": "p", "gpu_count": 1e9}, "gpu_count"),
+])
+def test_absurd_money_inputs_are_refused_at_load(table, row, column):
+    con = store.connect(None)
+    with pytest.raises(store.BundleError, match=rf"column '{column}', row 1: .* is not a plausible value"):
+        store.load(con, {table: pd.DataFrame([row])}, source="test")
