@@ -139,3 +139,24 @@ def test_gpuwatch_ingest_from_a_prom_file(tmp_path):
     con.close()
     assert (str(ts), uuid, power) == ("2026-11-20 08:00:00", L40S, 35.686)
     assert (model, total) == ("NVIDIA L40S", 46067 * MIB)
+
+
+def test_an_empty_file_is_an_error(tmp_path):
+    path = tmp_path / "empty.prom"
+    path.write_text("\n")
+    with pytest.raises(promfile.PromFileError, match=r"empty\.prom: empty file"):
+        promfile.read_file(path, at=1794182400.0)
+
+
+def test_a_page_without_gpu_series_is_an_error():
+    with pytest.raises(promfile.PromFileError, match="no GPU series"):
+        promfile.parse("# TYPE up gauge\nup 1\n", at=1794182400.0, source="node.prom")
+
+
+def test_gpu_series_without_uuid_or_hostname_are_counted_and_reported(caplog):
+    text = ('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a",Hostname="n1",modelName="X"} 50\n'
+            'DCGM_FI_DEV_GPU_UTIL{gpu="1",modelName="X",Hostname="n1"} 50\n'
+            'DCGM_FI_DEV_GPU_UTIL{gpu="2",UUID="GPU-c",modelName="X"} 50\n')
+    frames = promfile.parse(text, at=1794182400.0, source="m.prom")
+    assert frames["samples"]["gpu_uuid"].tolist() == ["GPU-a"]
+    assert any("2 GPU series without a GPU UUID or a hostname/node label" in n for n in frames["samples"].attrs["notes"])

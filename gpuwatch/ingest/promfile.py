@@ -39,7 +39,12 @@ def read_file(path: str | Path, *, at: float | datetime | str | None = None) -> 
 
 def parse(text: str, *, at: float, source: str = "<text>") -> dict:
     """Bundle frames from /metrics ``text``; samples without a timestamp are taken at ``at``."""
+    if not text.strip():
+        raise PromFileError(f"{source}: empty file: no metrics to load")
     series = to_series(text, at=at, source=source)
+    gpu_series = [s for s in series if s.name in promframes.SAMPLE_FIELDS or s.name in promframes.DEVICE_FIELDS]
+    if not gpu_series:
+        raise PromFileError(f"{source}: no GPU series (DCGM_FI_* or gpuwatch_*): not an exporter's /metrics page")
     return promframes.build(series, promframes.Context())  # a snapshot: every pod on it is running
 
 

@@ -60,12 +60,22 @@ def build(series: Iterable[Series], ctx: Context | None = None) -> dict:
     samples = samples_frame(series, ctx)
     devices = devices_frame(series, ctx.notes)
     pods = promframes_pods.pods_frame(samples, series, ctx, mig_uuids=_mig_uuids(series))
+    unplaced = sum(1 for s in series if (s.name in SAMPLE_FIELDS or s.name in DEVICE_FIELDS)
+                   and _identity_missing(s.labels))
+    if unplaced:
+        ctx.notes.append(f"{unplaced} GPU series without a GPU UUID or a hostname/node label were not loaded "
+                         "(no device to attach them to)")
     for name in sorted(set(SAMPLE_FIELDS) - {s.name for s in series}):
         ctx.notes.append(f"no {name} series: {SAMPLE_FIELDS[name][0]} is unknown (NULL)")
     for note in ctx.notes:
         log.warning(note)
     samples.attrs["notes"] = list(ctx.notes)
     return {"devices": devices, "samples": _to_datetime(samples, "ts"), "pods": pods}
+
+
+def _identity_missing(labels) -> bool:
+    """No UUID, or no node: neither a hostname label nor a scrape instance to fall back on."""
+    return device_of(labels) is None
 
 
 def samples_frame(series: list[Series], ctx: Context):

@@ -41,11 +41,12 @@ def first(labels: Mapping[str, str], *names: str) -> str | None:
 
 
 def device_of(labels: Mapping[str, str]) -> tuple | None:
-    """(node, gpu_uuid, mig_gi_id) of a DCGM/gpuwatch series, None without a GPU UUID."""
+    """(node, gpu_uuid, mig_gi_id) of a DCGM/gpuwatch series; None without a GPU UUID or without a
+    node (no hostname/node label and no scrape instance): such a series has no device to attach to."""
     uuid = first(labels, "UUID", "uuid", "gpu_uuid")
-    if uuid is None:
-        return None
     node = first(labels, "hostname", "Hostname", "node") or (labels.get("instance") or "").rsplit(":", 1)[0]
+    if uuid is None or not node:
+        return None
     gi = first(labels, "GPU_I_ID")
     if gi is not None and not gi.isdigit():
         raise ValueError(f"GPU_I_ID={gi!r} is not a MIG GPU instance id, on series labelled {dict(labels)}")
