@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import resource
+import socket
 import subprocess
 import sys
 import threading
@@ -164,6 +165,61 @@ def load_test(seconds: float, rate: float) -> None:
           f"{max(rss or [end_rss]):>10.1f} {drift:>8.1f}")
 
 
+def concurrent_test(seconds: float, clients: int, slow: int) -> None:
+    """``clients`` closed-loop scrapers (each asks again as soon as it has its answer) while ``slow``
+    connections sit open sending half a request: latency percentiles, errors and the server's RSS.
+    Target (issue: exporter under load): 0 errors, p99 <= 50 ms, RSS <= 120 MB."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from tests.support.prometheus import free_port
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "gpuwatch", "export", "--source", "simulate", "--simulate-kubelet",
+           "--simulate-gpus", "24", "--simulate-node", "gpu-node-002", "--listen", f"127.0.0.1:{port}"]
+    server = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url, latencies, errors, rss = f"http://127.0.0.1:{port}/metrics", [], [0], []
+    try:
+        _wait(url)
+        held = [_half_request(port) for _ in range(slow)]
+        sampler = threading.Thread(target=_sample_rss, args=(server.pid, seconds, rss), daemon=True)
+        sampler.start()
+        deadline = time.monotonic() + seconds
+        workers = [threading.Thread(target=_closed_loop, args=(url, deadline, latencies, errors)) for _ in range(clients)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
+        sampler.join()
+        for sock in held:
+            sock.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=15)
+    ms = sorted(x * 1000 for x in latencies)
+    pick = (lambda q: ms[min(len(ms) - 1, int(q * len(ms)))]) if ms else (lambda q: float("nan"))
+    print(f"\nConcurrent: {clients} closed-loop clients x {seconds:.0f} s, {slow} silent half-open connections")
+    print(f"{'scrapes':>8} {'errors':>6} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'RSS max MB':>10}")
+    print(f"{len(ms):>8} {errors[0]:>6} {pick(0.5):>7.1f} {pick(0.99):>7.1f} {ms[-1] if ms else float('nan'):>7.1f} "
+          f"{max(rss or [0.0]):>10.1f}")
+
+
+def _closed_loop(url: str, deadline: float, latencies: list, errors: list) -> None:
+    while time.monotonic() < deadline:
+        started = time.monotonic()
+        try:
+            with urllib.request.urlopen(url, timeout=10) as reply:
+                ok = reply.status == 200 and reply.read().startswith(b"# HELP")
+        except OSError:
+            ok = False
+        latencies.append(time.monotonic() - started)
+        errors[0] += not ok
+
+
+def _half_request(port: int):
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # never finished: a slow client
+    return sock
+
+
 def _drive(url: str, *, seconds: float, rate: float, errors: list, done: list) -> None:
     deadline, period, lock = time.monotonic() + seconds, 1.0 / rate, threading.Lock()
 
@@ -219,6 +275,7 @@ def main() -> None:
     args = parser.parse_args()
     render_table(args.scrapes or (200 if args.quick else 1000))
     load_test(10.0 if args.quick else 60.0, 50.0)
+    concurrent_test(10.0 if args.quick else 60.0, clients=20, slow=200)
     print(f"\npython {sys.version.split()[0]}, {os.cpu_count()} CPUs (shared)")
 
 
