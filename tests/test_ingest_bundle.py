@@ -208,3 +208,33 @@ def test_float32_epoch_timestamps_are_refused(tmp_path):
         store.load_bundle(store.connect(None), tmp_path / "b")
     with pytest.raises(store.BundleError, match="column 'ts' holds float32 epoch seconds"):
         store.load(store.connect(None), {"samples": frame}, source="frames")
+
+
+def test_a_truncated_csv_gz_names_the_file(tmp_path):
+    import gzip
+
+    whole = gzip.compress(_samples(200).to_csv(index=False).encode())
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "samples.csv.gz").write_bytes(whole[: len(whole) // 2])
+    con = store.connect(None)
+    with pytest.raises(store.BundleError, match=r"samples\.csv\.gz: not a readable CSV"):
+        store.load_bundle(con, tmp_path / "b")
+    assert con.execute("SELECT count(*) FROM samples").fetchall()[0][0] == 0
+
+
+@pytest.mark.parametrize(("column", "value"), [("fb_total_bytes", "99999999999999999999999999"),
+                                              ("gpu_index", "99999999999")])
+def test_integer_overflow_is_a_clear_error(tmp_path, column, value):
+    frame = pd.DataFrame({"node": ["n"], "gpu_uuid": ["G"], "gpu_model": ["m"], column: [value]})
+    with pytest.raises(store.BundleError, match=rf"column '{column}', row 1: .* is out of range"):
+        store.load_bundle(store.connect(None), _bundle(tmp_path / "b", devices=frame))
+
+
+def test_analysis_output_is_deterministic(tmp_path):
+    """Same input, byte-identical CSVs (two stores, two runs)."""
+    outs = []
+    for run in ("a", "b"):
+        assert main(["analyze", "--db", str(tmp_path / f"{run}.db"), "--input", str(SAMPLE_DATA),
+                     "--out", str(tmp_path / run)]) == 0
+        outs.append({p.name: p.read_bytes() for p in sorted((tmp_path / run).glob("*.csv"))})
+    assert outs[0] == outs[1] and len(outs[0]) == 7

@@ -74,13 +74,15 @@ def analyze(con: Any, params: dict) -> dict:
 
 
 def write_csvs(results: dict, out: Path, *, data_as_of: str | None = None) -> None:
-    """One CSV per analysis: timestamps ISO-8601 UTC, floats at full precision, text cells safe to
+    """One CSV per analysis: timestamps ISO-8601 UTC, floats to 12 significant digits, text cells safe to
     open in a spreadsheet; every row carries ``data_as_of`` (the reclaim controller acts on no
     findings without it)."""
     out.mkdir(parents=True, exist_ok=True)
     for name, frame in results.items():
         frame = csvfile.safe(frame).assign(data_as_of=data_as_of or "")
-        frame.to_csv(out / f"{name}.csv", index=False, date_format="%Y-%m-%dT%H:%M:%SZ")
+        # 12 significant digits: beyond any cent or second, and the same bytes whatever order DuckDB's
+        # threads summed in (parallel sums differ in the 16th digit)
+        frame.to_csv(out / f"{name}.csv", index=False, date_format="%Y-%m-%dT%H:%M:%SZ", float_format="%.12g")
     log.info("wrote %d files to %s", len(results), out)
 
 

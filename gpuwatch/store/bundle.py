@@ -128,7 +128,7 @@ def _csv_batches(path: Path, *, columns: list[str] | None) -> Iterator:
                 offset += piece.num_rows
         if offset == 0:
             yield _numbered(reader.schema.empty_table(), path, 0, np, pa)
-    except pa.ArrowInvalid as exc:
+    except (pa.ArrowInvalid, OSError, EOFError) as exc:  # also a truncated or corrupt .csv.gz
         raise BundleError(f"{path}: not a readable CSV ({exc})") from exc
 
 

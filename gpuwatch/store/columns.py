@@ -130,6 +130,8 @@ def _column(name: str, column: str, source: str | None, *, file: str) -> tuple[s
     if not integer:
         return n, rules
     rules.append(Rule(column, f"NOT isnan({n}) AND (isinf({n}) OR {n} <> round({n}))", n, "{raw} is not a whole number"))
+    limit = 9.2e18 if target == "BIGINT" else 2147483647.0  # what the column's integer type holds
+    rules.append(Rule(column, f"NOT isnan({n}) AND abs({n}) > {limit}", n, "{raw} is out of range for this column"))
     if source in _NUMERIC[:10]:  # integer columns need no rounding
         return f"CAST({x} AS {target})", rules
     return f"CASE WHEN NOT isnan({n}) THEN CAST(round({n}) AS {target}) END", rules
