@@ -1,4 +1,5 @@
-"""A real kubelet pod-resources gRPC server on a unix socket: plays the kubelet in tests and the demo.
+"""Demo and test machinery, never used against a real kubelet: a real pod-resources gRPC server on
+a unix socket that plays the kubelet for `gpuwatch export --simulate-kubelet`, the demo and tests.
 
 ``serve()`` binds the generated ``PodResourcesLister`` servicer to ``unix://<socket_path>`` and
 answers ``List`` / ``GetAllocatableResources`` / ``Get`` from callables evaluated on every call, so
