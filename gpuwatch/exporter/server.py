@@ -40,8 +40,16 @@ class Server:
         self.port = wsgi_server.effective_port
 
     def stop(self) -> None:
-        self.wsgi_server.close()
+        """Close every channel from inside the I/O loop (closing from here would pull sockets out
+        from under its select), so the loop ends on its own; then stop the workers."""
+        server = self.wsgi_server
+
+        def close_all() -> None:
+            for channel in list(server._map.values()):
+                channel.close()
+        server.trigger.pull_trigger(close_all)
         self.thread.join(timeout=5)
+        server.task_dispatcher.shutdown()
 
 
 # Serving limits: a few worker threads render (a scrape takes milliseconds); waitress reads and
