@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         _step("ingest", "ingest", "--from", str(bundle), "--db", str(db))
         _step("analyze", "analyze", "--db", str(db), "--out", str(work / "findings"), "--format", "table")
-        _step("reclaim (dry-run)", "reclaim", "--once", "--db", str(db), "--assume-opted-in")
+        _step("reclaim (dry-run)", "reclaim", "--once", "--db", str(db), "--assume-opted-in", "--no-cluster")
         _step("weekly report", "report", "weekly", "--db", str(db), "--out", str(work / "reports"))
         _banner(args, work)
         if args.no_app:
