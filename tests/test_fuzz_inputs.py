@@ -1,15 +1,18 @@
-"""Fuzzing the analyzer's inputs (hypothesis, bounded): random valid-looking and broken bundle CSVs
-and `.prom` pages. Laws: never a traceback — only gpuwatch's DataError (file, column/line named)
-escapes; on an error the store is exactly as it was (row counts and a checksum); on success the
-rows loaded equal an independent count of the input, and the chargeback of what loaded reconciles
-(Σ parts = fleet cost) with every device priced or reported unpriced."""
+"""Fuzzing the analyzer's inputs (hypothesis, bounded): valid-looking and hostile bundle CSVs and
+`.prom` pages. Laws: never a traceback — only gpuwatch's DataError (one line naming the file)
+escapes; on an error the store is exactly as it was (row counts and a checksum per table); on
+success each table's rows loaded, rows held and summed column equal an independent count of the
+CSV text (last row of a key wins; samples replace the seed's series only where they cover it), a
+page's GPU series with a UUID and a host are exactly the devices added, and the chargeback of what
+loaded reconciles (Σ parts = fleet cost) with every device priced or reported unpriced."""
 
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from gpuwatch import analyses, store, units
@@ -35,21 +38,38 @@ COLUMNS = {"samples": ("ts", "node", "gpu_uuid", "gpu_util", "sm_active", "fb_us
            "prices": ("gpu_model", "usd_per_gpu_hour")}
 
 
-def _row(table: str):
+# cells a valid bundle holds: half the bundles are drawn from these, so loads succeed often enough
+# for the exact-count law to be exercised, not only the refusals
+valid = {"text": st.sampled_from(["n1", "n2", "n0", "GPU-a", "GPU-0", "ns", "p", "=cmd", "é"]),
+         "ratio": st.one_of(st.floats(0, 1), st.just("")), "count": st.integers(0, 10**11),
+         "time": st.sampled_from([(T0 + pd.Timedelta(minutes=m)).isoformat() + "Z" for m in range(-2, 4)] + ["1794182400"]),
+         "gpus": st.floats(0.1, 8), "price": st.floats(0, 20), "mig": st.sampled_from(["", "1", "2.0"]),
+         "end": st.sampled_from(["", (T0 + pd.Timedelta(minutes=10)).isoformat() + "Z"]),
+         "model": st.sampled_from(["H100", "a100", "B200"])}
+hostile = {"text": text_cell, "ratio": number_cell, "count": number_cell, "time": time_cell, "gpus": number_cell,
+           "price": number_cell, "mig": number_cell, "end": time_cell, "model": st.sampled_from(["H100", "A100", "", "?"])}
+
+
+def _row(table: str, cells: dict):
+    text, ratio, count, time = cells["text"], cells["ratio"], cells["count"], cells["time"]
     if table == "samples":
-        return st.fixed_dictionaries({"ts": time_cell, "node": text_cell, "gpu_uuid": text_cell, "gpu_util": number_cell,
-                                      "sm_active": number_cell, "fb_used_bytes": number_cell, "pod": text_cell})
+        return st.fixed_dictionaries({"ts": time, "node": text, "gpu_uuid": text, "gpu_util": ratio,
+                                      "sm_active": ratio, "fb_used_bytes": count, "pod": text})
     if table == "devices":
-        return st.fixed_dictionaries({"node": text_cell, "gpu_uuid": text_cell, "gpu_model": st.sampled_from(["H100", "A100", "", "?"]),
-                                      "fb_total_bytes": number_cell, "mig_gi_id": number_cell})
+        return st.fixed_dictionaries({"node": text, "gpu_uuid": text, "gpu_model": cells["model"],
+                                      "fb_total_bytes": count, "mig_gi_id": cells["mig"]})
     if table == "pods":
-        return st.fixed_dictionaries({"namespace": text_cell, "pod": text_cell, "gpu_count": number_cell,
-                                      "node": text_cell, "start_ts": time_cell, "end_ts": time_cell})
-    return st.fixed_dictionaries({"gpu_model": st.sampled_from(["H100", "a100", "", "B200"]), "usd_per_gpu_hour": number_cell})
+        return st.fixed_dictionaries({"namespace": text, "pod": text, "gpu_count": cells["gpus"],
+                                      "node": text, "start_ts": time, "end_ts": cells["end"]})
+    return st.fixed_dictionaries({"gpu_model": cells["model"], "usd_per_gpu_hour": cells["price"]})
 
 
-bundle_strategy = st.dictionaries(st.sampled_from(TABLES), st.integers(0, 6), min_size=1).flatmap(
-    lambda sizes: st.fixed_dictionaries({t: st.lists(_row(t), min_size=n, max_size=n) for t, n in sizes.items()}))
+def _bundle(cells: dict):
+    return st.dictionaries(st.sampled_from(TABLES), st.integers(0, 6), min_size=1).flatmap(
+        lambda sizes: st.fixed_dictionaries({t: st.lists(_row(t, cells), min_size=n, max_size=n) for t, n in sizes.items()}))
+
+
+bundle_strategy = st.one_of(_bundle(valid), _bundle(hostile))
 
 
 def _fingerprint(con) -> tuple:
@@ -77,12 +97,71 @@ def test_bundles_load_exactly_or_fail_cleanly(tmp_path_factory, bundle):
     except units.DataError as exc:
         assert "\n" not in str(exc).strip() and str(root) in str(exc)
         assert _fingerprint(con) == before  # untouched
+        event("refused")
         return
-    # loaded: what the store holds is the seed plus exactly the rows of the input (upserts collapse keys)
-    assert counts["samples"] == len(bundle.get("samples", ()))
-    held = con.execute("SELECT count(*) FROM samples").fetchall()[0][0]
-    assert held >= counts["samples"]
+    event("loaded")
+    # loaded: the store holds the seed plus exactly the input, counted here from the CSV text
+    expected = _oracle(root, bundle)
+    for name in TABLES:
+        assert counts[name] == expected[name]["loaded"], name
+        held = con.execute(f"SELECT count(*), sum({SUMMED[name]}) FROM {name}").fetchall()[0]
+        assert held[0] == expected[name]["held"], name
+        assert math.isclose(held[1] or 0.0, expected[name]["total"], rel_tol=1e-9, abs_tol=1e-9), name
     _chargeback_reconciles(con)
+
+
+# the seed's rows, and the numeric column each table's total is taken over
+SEED = {"devices": {("n0", "GPU-0", None): 0.0}, "prices": {("H100",): 2.0},
+        "samples": {("n0", "GPU-0", None): 0.5}, "pods": {}}
+SUMMED = {"devices": "coalesce(fb_total_bytes, 0)", "samples": "coalesce(gpu_util, 0)",
+          "pods": "coalesce(gpu_count, 0)", "prices": "usd_per_gpu_hour"}
+KEYED = {"devices": ("node", "gpu_uuid", "mig_gi_id"), "pods": ("namespace", "pod", "pod_uid"), "prices": ("gpu_model",)}
+NA = {"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A", "NA",
+      "NULL", "NaN", "None", "n/a", "nan", "null"}  # the bundle contract's empty cells (pandas' defaults)
+
+
+def _oracle(root, bundle) -> dict:
+    """Rows loaded, rows held and the summed column per table, from the CSV files as text: keyed
+    tables keep the last row of each key, samples replace the seed's series only where they
+    cover its timestamp."""
+    out = {}
+    for name in TABLES:
+        rows = _csv_rows(root / f"{name}.csv") if name in bundle else []
+        if name == "samples":
+            value = [_number(r["gpu_util"]) or 0.0 for r in rows]
+            covered = [_epoch(r["ts"]) for r in rows if (r["node"], r["gpu_uuid"]) == ("n0", "GPU-0")]
+            seed_kept = not covered or not min(covered) <= T0.timestamp() <= max(covered)
+            out[name] = {"loaded": len(rows), "held": len(rows) + seed_kept, "total": sum(value) + 0.5 * seed_kept}
+            continue
+        final = {tuple(_key(r.get(k), k) for k in KEYED[name]): _number(r[_summed(name)]) or 0.0 for r in rows}
+        held = {**SEED[name], **final}
+        out[name] = {"loaded": len(final), "held": len(held), "total": sum(held.values())}
+    return out
+
+
+def _summed(name: str) -> str:
+    return {"devices": "fb_total_bytes", "pods": "gpu_count", "prices": "usd_per_gpu_hour"}[name]
+
+
+def _csv_rows(path) -> list[dict]:
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as f:
+        return [{k: (None if v in NA else v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def _key(cell, column: str):
+    if cell is None or column != "mig_gi_id":
+        return cell
+    return round(float(cell))
+
+
+def _number(cell) -> float | None:
+    return None if cell is None else float(cell.strip())
+
+
+def _epoch(cell: str) -> float:
+    return float(cell) if cell.strip().isdigit() else pd.Timestamp(cell).timestamp()
 
 
 def _chargeback_reconciles(con) -> None:
@@ -99,6 +178,7 @@ def _chargeback_reconciles(con) -> None:
     assert priced_gpus + unpriced == devices  # every device is priced or reported unpriced
 
 
+GPU_LINE = re.compile(r'^(?:DCGM_FI_\w+|dcgm_gpu_utilization)\{gpu="0",UUID="(?P<uuid>[^"]*)",Hostname="(?P<host>[^"]*)"')
 metric_line = st.builds(
     lambda name, uuid, host, value, ts: (f'{name}{{gpu="0",UUID="{uuid}",Hostname="{host}",modelName="H100"}} {value}'
                                          + (f" {ts}" if ts is not None else "")),
@@ -123,6 +203,14 @@ def test_prom_pages_load_or_fail_cleanly(lines):
     except units.DataError as exc:
         assert "\n" not in str(exc).strip() and "page.prom" in str(exc)
         assert _fingerprint(con) == before
+        event("refused")
         return
+    event("loaded")
+    # every device named by a GPU series with a UUID and a host is known, and no other device is
+    # (samples: only those with a reading; a NaN-only series is no sample)
+    named = {(m["host"], m["uuid"]) for m in map(GPU_LINE.match, lines) if m and m["uuid"] and m["host"]}
+    held = {table: set(con.execute(f"SELECT DISTINCT node, gpu_uuid FROM {table} WHERE node <> 'n0'").fetchall())
+            for table in ("devices", "samples")}
+    assert held["devices"] == named and held["samples"] <= named
     util = con.execute("SELECT max(gpu_util) FROM samples").fetchall()[0][0]
     assert util is None or util <= 1.05 or math.isnan(util)  # percent became a ratio, never a 45 "ratio"

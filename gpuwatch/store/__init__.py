@@ -8,9 +8,10 @@ prices are upserted by key (store/load.py).
 
 from __future__ import annotations
 
+import bisect
 import os
 import tempfile
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from gpuwatch import mig
@@ -18,7 +19,7 @@ from gpuwatch.store.load import link_bundle, load, load_bundle
 from gpuwatch.store.staged import node_ranges, refresh, script
 from gpuwatch.store.validate import BundleError
 
-__all__ = ["BundleError", "connect", "data_range", "has_table", "link_bundle", "load", "load_bundle", "node_ranges",
+__all__ = ["BundleError", "bulk_end", "connect", "data_range", "has_table", "link_bundle", "load", "load_bundle", "node_ranges",
            "refresh"]
 
 
@@ -99,7 +100,31 @@ def has_table(con: Any, name: str) -> bool:
 
 
 def data_range(con: Any) -> tuple[datetime | None, datetime | None]:
-    """First timestamp of the data held and the end of its bulk (range.sql: the 90th percentile of
-    the devices' last samples, so one device's outlier cannot move the default window); UTC, naive."""
-    first, last = con.execute(script("range.sql")).fetchone()
-    return first, last
+    """First timestamp of the data held and the end of its bulk; UTC, naive; (None, None) when empty.
+
+    The end is not the latest sample, which one device could set alone (a clock hours ahead, a
+    unit slip inside the accepted range): it is the latest time still reached by at least half of
+    the devices that reported in the day before it (``bulk_end``). Devices that stopped long ago
+    (node churn, retired nodes) do not hold it back; a minority ahead of the rest cannot move it.
+    The analyses' default window ends here: analyses.params.window(data_range(con)[1]).
+    Without samples: the pods' last start or end."""
+    rows = con.execute(script("range.sql")).fetchall()
+    devices = [(first, last) for _, first, last in rows[1:]]
+    return rows[0][1], (bulk_end(devices) if devices else rows[0][2])
+
+
+BULK_WINDOW = timedelta(days=1)  # "the devices that reported in the day before" a candidate end
+
+
+def bulk_end(devices: list[tuple[datetime, datetime]], *, window: timedelta = BULK_WINDOW) -> datetime:
+    """The latest device's last timestamp T at which the devices reporting until T or later are at
+    least half of those that reported in the ``window`` before T (started by T, stopped after
+    T - window). The earliest last timestamp always qualifies, so there is always an answer."""
+    firsts, lasts = sorted(f for f, _ in devices), sorted(last for _, last in devices)
+    for end in sorted(set(lasts), reverse=True):
+        not_started = len(firsts) - bisect.bisect_right(firsts, end)
+        reached = len(lasts) - bisect.bisect_left(lasts, end) - not_started
+        active = len(lasts) - bisect.bisect_left(lasts, end - window) - not_started
+        if 2 * reached >= active:
+            return end
+    return lasts[0]  # not reached: the earliest last timestamp qualifies

@@ -10,7 +10,6 @@ Checking and typing is store.columns' job.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,7 +17,6 @@ from gpuwatch.model import BUNDLE_COLUMNS
 from gpuwatch.store.columns import FILE, ROW
 from gpuwatch.store.validate import BundleError
 
-log = logging.getLogger(__name__)
 BATCH_ROWS = 1_000_000  # CSV rows per batch: bounds memory; DuckDB checks and inserts each batch
 _SUFFIXES = (".parquet", ".csv", ".csv.gz")
 
@@ -37,20 +35,21 @@ def find_files(path: str | Path) -> dict[str, Path]:
             raise BundleError(f"{root}: {name} is there more than once ({', '.join(c.name for c in candidates)})")
         if candidates:
             found[name] = candidates[0]
+    _refuse_unknown(root)
     if not found:
         raise BundleError(f"{root}: no bundle files (expected {', '.join(BUNDLE_COLUMNS)} as .parquet or .csv)")
-    _warn_unknown(root)
     return found
 
 
-def _warn_unknown(root: Path) -> None:
-    """Data files that are not bundle tables are said, never silently skipped (the simulator's
-    ground truth, truth.csv, is expected beside a bundle and not listed)."""
+def _refuse_unknown(root: Path) -> None:
+    """A data file that is not a bundle table is an error listing it, never silently skipped: a
+    misnamed file (``sample.csv``) would otherwise load as a bundle without its samples. The
+    simulator's ground truth (truth.csv), written beside its bundle, is the one expected extra."""
     known = {f"{n}{s}" for n in (*BUNDLE_COLUMNS, "truth") for s in _SUFFIXES}
     unknown = sorted(p.name for p in root.iterdir() if p.name.endswith(_SUFFIXES) and p.name not in known)
     if unknown:
-        log.warning("%s: not bundle files, not loaded: %s (bundle files: %s)", root, ", ".join(unknown),
-                    ", ".join(BUNDLE_COLUMNS))
+        raise BundleError(f"{root}: not bundle files: {', '.join(unknown)} (bundle files: "
+                          f"{', '.join(BUNDLE_COLUMNS)} as .parquet, .csv or .csv.gz; move the others away)")
 
 
 # pandas' default NA strings, so CSV bundles read as they always have

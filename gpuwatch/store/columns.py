@@ -1,7 +1,7 @@
 """Bundle files typed and checked by DuckDB, vectorised: one SQL expression per column and rule.
 
-The rules are validate.py's (same messages; that module stays the checker for in-memory frames).
-Given a relation's column types, ``plan`` returns the typed SELECT list and the rules; ``guard``
+The rules are validate.py's; this is the one checker, for bundle files and in-memory frames alike
+(store/load.py registers a frame in DuckDB and checks it as it checks a file's part). Given a relation's column types, ``plan`` returns the typed SELECT list and the rules; ``guard``
 turns the rules into one WHERE clause that raises on the first bad row, so the happy path is a
 single INSERT ... SELECT; only when it raises does ``first_bad`` find the exact file, column and
 (1-based data) row. Identifiers come from the fixed bundle schema, never from data, so building
@@ -20,6 +20,7 @@ from gpuwatch.store.validate import (
     FLOATS,
     FUTURE_SLACK_SECONDS,
     INTEGERS,
+    MIG_SM_ACTIVE_LIMIT,
     NON_NEGATIVE,
     RATIO_LIMITS,
     RATIO_MESSAGE,
@@ -58,6 +59,11 @@ def plan(name: str, types: dict[str, str], *, file: str) -> tuple[list[str], lis
         values[column], more = _column(name, column, types.get(column), file=file)
         rules += more
     rules += [Rule(c, f"({values[c]}) IS NULL", "NULL", "required value is empty") for c in REQUIRED[name]]
+    if name == "samples" and "sm_active" in types:
+        # DCGM reports SM_ACTIVE somewhat above 1 on MIG instances: allowed there (staging clamps
+        # and counts it), held to the ratio limit on whole GPUs
+        limit = f"(CASE WHEN ({values['mig_gi_id']}) IS NULL THEN {RATIO_LIMITS['sm_active']} ELSE {MIG_SM_ACTIVE_LIMIT} END)"
+        rules.append(_ratio_rule("sm_active", values["sm_active"], limit))
     if name == "pods" and "start_ts" in types and "end_ts" in types:
         rules.append(Rule("end_ts", f"({values['end_ts']}) < ({values['start_ts']})", "NULL", "ends before start_ts"))
     return [f"{v} AS {_quote(c)}" for c, v in values.items()], rules
@@ -124,9 +130,9 @@ def _column(name: str, column: str, source: str | None, *, file: str) -> tuple[s
                           "negative value {raw} (a count, size or price cannot be negative)"))
     if (name, column) in UPPER_BOUNDS:
         bound = UPPER_BOUNDS[(name, column)]
-        rules.append(Rule(column, f"isinf({n}) OR {n} > {bound}", n, BOUND_MESSAGE.replace("{bound:g}", f"{bound:g}")))
-    if name == "samples" and column in RATIO_LIMITS:
-        rules.append(Rule(column, f"{n} > {RATIO_LIMITS[column]}", n, RATIO_MESSAGE))
+        rules.append(Rule(column, f"NOT isfinite({n}) OR {n} > {bound}", n, BOUND_MESSAGE.replace("{bound:g}", f"{bound:g}")))
+    if name == "samples" and column in RATIO_LIMITS and column != "sm_active":  # sm_active: in plan()
+        rules.append(_ratio_rule(column, n, RATIO_LIMITS[column]))
     if not integer:
         return n, rules
     rules.append(Rule(column, f"NOT isnan({n}) AND (isinf({n}) OR {n} <> round({n}))", n, "{raw} is not a whole number"))
@@ -135,6 +141,12 @@ def _column(name: str, column: str, source: str | None, *, file: str) -> tuple[s
     if source in _NUMERIC[:10]:  # integer columns need no rounding
         return f"CAST({x} AS {target})", rules
     return f"CASE WHEN NOT isnan({n}) THEN CAST(round({n}) AS {target}) END", rules
+
+
+def _ratio_rule(column: str, n: str, limit: float | str) -> Rule:
+    # NaN is an unknown reading (staging makes it NULL), not a ratio above 1; DuckDB sorts NaN
+    # above every number, so it is excluded by name
+    return Rule(column, f"NOT isnan({n}) AND {n} > {limit}", n, RATIO_MESSAGE)
 
 
 def _timestamp(column: str, x: str, source: str) -> tuple[str, list[Rule]]:

@@ -38,10 +38,12 @@ NON_NEGATIVE = {"devices": INTEGERS["devices"], "pods": ("gpu_count",), "prices"
 # year or a far-future outlier fall outside and are refused (one of them would move every window).
 EARLIEST_EPOCH = 946_684_800.0  # 2000-01-01T00:00:00Z
 FUTURE_SLACK_SECONDS = 86_400.0
-# Ratio columns are 0-1; above the limit is a percent or a broken reader, not a reading. SM_ACTIVE
-# may exceed 1 on MIG instances (DCGM reports it so): staging clamps and counts those.
+# Ratio columns are 0-1 (a 5% tolerance for rounding); above the limit is a percent or a broken
+# reader, not a reading. SM_ACTIVE may exceed 1 on MIG instances (DCGM reports it so): on rows with a
+# mig_gi_id it may reach MIG_SM_ACTIVE_LIMIT, and staging clamps and counts those.
 RATIO_LIMITS = {"gpu_util": 1.05, "gr_engine_active": 1.05, "sm_occupancy": 1.05, "tensor_active": 1.05,
-                "dram_active": 1.05, "sm_active": 1.5}
+                "dram_active": 1.05, "sm_active": 1.05}
+MIG_SM_ACTIVE_LIMIT = 1.5
 # Upper bounds that no real value reaches: a price or a GPU count above them is a unit slip or a
 # typo (and 1e20 would make cent rounding meaningless). Non-finite values are refused too.
 UPPER_BOUNDS = {("prices", "usd_per_gpu_hour"): 1000.0, ("pods", "gpu_count"): 4096.0}
