@@ -11,6 +11,8 @@ import os
 import sys
 from pathlib import Path
 
+from gpuwatch import units
+
 # app/ sits at the repository root in a checkout; a wheel may carry it as gpuwatch/_app.
 _HERE = Path(__file__).resolve().parent
 APP_SCRIPT = next((p for p in (_HERE / "_app" / "streamlit_app.py", _HERE.parent / "app" / "streamlit_app.py")
@@ -19,7 +21,7 @@ APP_SCRIPT = next((p for p in (_HERE / "_app" / "streamlit_app.py", _HERE.parent
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", required=True, help="DuckDB file written by `gpuwatch ingest` (opened read-only)")
-    parser.add_argument("--port", type=int, default=8501, help="port to serve on (default: %(default)s)")
+    parser.add_argument("--port", default="8501", help="port to serve on (default: %(default)s)")
     parser.add_argument("--address", default="127.0.0.1",
                         help="address to bind (default: %(default)s; use 0.0.0.0 inside a container)")
 
@@ -41,6 +43,7 @@ def command(args: argparse.Namespace, *, script: Path = APP_SCRIPT, python: str 
 
 def run(args: argparse.Namespace) -> int:
     """Replace this process with the Streamlit server (signals then reach Streamlit directly)."""
+    args.port = units.parse_port(args.port, what="--port")
     if not APP_SCRIPT.is_file():
         print(f"gpuwatch app: the app is not installed ({APP_SCRIPT} missing); run from a source checkout",
               file=sys.stderr)

@@ -16,6 +16,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from gpuwatch import units
+
 SAMPLE_DATA = Path(__file__).resolve().parent.parent / "sample_data"
 
 
@@ -24,19 +26,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpus", type=int, default=0,
                         help="simulate a fresh fleet of this many GPUs instead of using sample_data (default: sample_data)")
     parser.add_argument("--exporter-listen", default="127.0.0.1:9400", help="exporter address (default: %(default)s)")
-    parser.add_argument("--port", type=int, default=8501, help="Streamlit port (default: %(default)s)")
+    parser.add_argument("--port", default="8501", help="Streamlit port (default: %(default)s)")
     parser.add_argument("--address", default="127.0.0.1", help="Streamlit address (default: %(default)s)")
     parser.add_argument("--no-app", action="store_true", help="run every stage, then stop instead of serving the app")
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run every stage in turn; flags are checked before anything starts (UsageError names the flag)."""
+    args.port = units.parse_port(args.port, what="--port")
+    url = _exporter_url(args.exporter_listen)
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     db = work / "gpuwatch.duckdb"
     for stale in (db, work / "gpuwatch.duckdb.wal"):
         stale.unlink(missing_ok=True)
     bundle = _bundle(args, work)
-    exporter = _start_exporter(args.exporter_listen, work)
+    exporter = _start_exporter(args.exporter_listen, url, work)
     try:
         _step("ingest", "ingest", "--from", str(bundle), "--db", str(db))
         _step("analyze", "analyze", "--db", str(db), "--out", str(work / "findings"), "--format", "table")
@@ -61,11 +66,19 @@ def _bundle(args: argparse.Namespace, work: Path) -> Path:
     return out
 
 
-def _start_exporter(listen: str, work: Path) -> subprocess.Popen:
+def _exporter_url(listen: str) -> str:
+    """The URL the demo (and its banner) reaches the exporter at; all interfaces -> loopback."""
+    host, port = units.parse_listen(listen, what="--exporter-listen")
+    if port == 0:
+        raise units.UsageError(f"--exporter-listen: {listen!r}: the demo needs a fixed port")
+    host = "127.0.0.1" if host in ("", "0.0.0.0") else "[::1]" if host == "::" else f"[{host}]" if ":" in host else host
+    return f"http://{host}:{port}/metrics"
+
+
+def _start_exporter(listen: str, url: str, work: Path) -> subprocess.Popen:
     log = (work / "exporter.log").open("w")
     cmd = [*_gpuwatch(), "export", "--source", "simulate", "--simulate-kubelet", "--listen", listen]
     process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://{listen}/metrics"
     for _ in range(60):
         with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as reply:
             series = sum(1 for line in reply.read().decode().splitlines() if line.startswith("DCGM_FI_"))
@@ -92,7 +105,7 @@ def _gpuwatch() -> list[str]:
 def _banner(args: argparse.Namespace, work: Path) -> None:
     print(
         "\n== gpuwatch demo is up\n"
-        f"   exporter : curl http://{args.exporter_listen}/metrics  (and /healthz)\n"
+        f"   exporter : curl {_exporter_url(args.exporter_listen)}  (and /healthz)\n"
         f"   findings : {work / 'findings'}/*.csv\n"
         f"   report   : {work / 'reports'}/\n"
         f"   app      : http://{args.address}:{args.port}  (Ctrl-C stops everything)\n",

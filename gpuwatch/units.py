@@ -52,6 +52,14 @@ def parse_utc(text: str, *, what: str) -> datetime:
     return stamp
 
 
+def parse_port(text: str | int, *, what: str) -> int:
+    """A TCP port to serve on: ``8501`` -> 8501 (1-65535)."""
+    port = str(text).strip()
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise UsageError(f"{what}: {text!r} is not a port (1-65535)")
+    return int(port)
+
+
 def parse_listen(text: str, *, what: str) -> tuple[str, int]:
     """``:9400``, ``0.0.0.0:9400``, ``127.0.0.1:0`` or ``[::1]:9400`` -> (host, port); '' = all."""
     host, sep, port = str(text).strip().rpartition(":")
@@ -59,4 +67,6 @@ def parse_listen(text: str, *, what: str) -> tuple[str, int]:
         raise UsageError(f"{what}: {text!r}: expected [HOST]:PORT with a port 0-65535 (e.g. :9400)")
     if host.startswith("[") != host.endswith("]"):
         raise UsageError(f"{what}: {text!r} has an unbalanced [ ] around an IPv6 address")
+    if ":" in host and not host.startswith("["):  # '::1:9400' could be ::1 port 9400 or ::1:9400 with none
+        raise UsageError(f"{what}: {text!r}: put an IPv6 address in [ ] (e.g. [::1]:9400)")
     return host.strip("[]"), int(port)

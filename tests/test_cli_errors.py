@@ -90,3 +90,27 @@ def test_one_duration_grammar_everywhere(text, seconds):
 def test_listen_addresses_name_the_flag(text):
     with pytest.raises(units.UsageError, match="--listen: "):
         units.parse_listen(text, what="--listen")
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["export", "--listen", ":99999"], "gpuwatch export: --listen: ':99999': expected [HOST]:PORT"),
+    (["export", "--interval", "soon"], "gpuwatch export: --interval: 'soon' is not a duration"),
+    (["app", "--db", "x.duckdb", "--port", "99999"], "gpuwatch app: --port: '99999' is not a port"),
+    (["demo", "--port", "0"], "gpuwatch demo: --port: '0' is not a port"),
+    (["demo", "--exporter-listen", "::1:9400"], "gpuwatch demo: --exporter-listen: '::1:9400': put an IPv6"),
+    (["demo", "--exporter-listen", "127.0.0.1:0"], "gpuwatch demo: --exporter-listen: '127.0.0.1:0': the demo needs"),
+])
+def test_listen_and_port_flags_exit_2_before_starting_anything(tmp_path, monkeypatch, capsys, argv, says):
+    monkeypatch.chdir(tmp_path)  # the demo would write .demo/ here if it started
+    _fails(capsys, argv, code=2, says=says)
+    assert not (tmp_path / ".demo").exists()
+
+
+def test_report_bad_week_is_one_line_before_opening_the_store(tmp_path, capsys):
+    _fails(capsys, ["report", "weekly", "--db", str(tmp_path / "nope.duckdb"), "--out", str(tmp_path / "r"),
+                    "--week", "last week"], code=2, says="gpuwatch report: --week: week 'last week' is not an ISO week")
+
+
+def test_analyze_an_empty_store_is_one_line_exit_1(tmp_path, capsys):
+    _fails(capsys, ["analyze", "--db", str(tmp_path / "empty.db"), "--format", "table"], code=1,
+           says="gpuwatch analyze: the store holds no samples or pods: nothing to analyse")

@@ -126,7 +126,7 @@ def test_a_real_prometheus_scrapes_the_findings(db, tmp_path):
     collector = derived.DerivedCollector(lambda: store.connect(str(db), read_only=True), window=WINDOW)
     server = derived.serve(collector, "127.0.0.1:0")
     try:
-        port = server.server_address[1]
+        port = server.port
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
             assert reply.status == 200
         with running(tmp_path, targets=[f"127.0.0.1:{port}"], interval="1s") as prom:
@@ -134,7 +134,7 @@ def test_a_real_prometheus_scrapes_the_findings(db, tmp_path):
             assert up["value"][1] == "1"
             assert prom.wait_for("gpuwatch_idle_gpu_hours > 0")
     finally:
-        server.shutdown()
+        server.stop()
 
 
 def _scrape(collector) -> str:
@@ -173,3 +173,18 @@ def test_the_command_serves_metrics(db):
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--ttl", "-5"], "--ttl: -5.0 is not a number of seconds >= 0"),
+    (["--ttl", "nan"], "--ttl: nan is not"),
+    (["--window", "1x"], "--window: '1x' is not a duration"),
+    (["--listen", ":99999"], "--listen: ':99999'"),
+])
+def test_bad_flags_are_one_line_usage_errors_before_the_store_is_opened(tmp_path, capsys, flags, message):
+    from gpuwatch import cli
+
+    missing = tmp_path / "never-created.duckdb"
+    assert cli.main(["export-derived", "--db", str(missing), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and not missing.exists()

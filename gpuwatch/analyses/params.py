@@ -58,10 +58,11 @@ def check(thresholds: dict[str, float]) -> None:
 
 def window(last_ts: datetime | None, *, length: timedelta = timedelta(days=7),
            end: datetime | None = None) -> tuple[datetime, datetime]:
-    """The analysis window [start, end): ``end`` defaults to the hour after the last data point."""
+    """The analysis window [start, end): ``end`` defaults to the hour after the last data point
+    (DataError when there is none: an empty store is bad data, exit 1, not a traceback)."""
     if end is None:
         if last_ts is None:
-            raise ValueError("the store holds no samples or pods: nothing to analyse (ingest a bundle first)")
+            raise units.DataError("the store holds no samples or pods: nothing to analyse (ingest a bundle first)")
         end = _next_hour(last_ts)
     return end - length, end
 

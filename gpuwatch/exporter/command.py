@@ -35,11 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--listen", default=":9400", help="[HOST]:PORT to serve /metrics and /healthz on (default: %(default)s)")
     a("--kubelet-socket", default=DEFAULT_SOCKET,
       help="kubelet pod-resources socket for pod attribution; '' disables (default: %(default)s)")
-    a("--kubelet-timeout", type=duration, default=2.0, help="deadline for one kubelet List call (default: 2s)")
+    a("--kubelet-timeout", default="2s", help="deadline for one kubelet List call (default: %(default)s)")
     a("--resource-name", action="append", default=[], metavar="NAME",
       help="extra extended-resource name to attribute (repeatable; 'prefix*' allowed)")
-    a("--interval", type=duration, default=1.0,
-      help="readings are re-read at most this often, however often /metrics is scraped (default: 1s)")
+    a("--interval", default="1s",
+      help="readings are re-read at most this often, however often /metrics is scraped (default: %(default)s)")
     a("--hostname-label", default="hostname", choices=["hostname", "Hostname"],
       help="label name for the node: dcgm-exporter <=4.5.3 used Hostname, newer hostname (default: %(default)s)")
     a("--no-profiling", action="store_true", help="do not read or serve DCGM_FI_PROF_* fields")
@@ -54,16 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="simulate: also run a fake kubelet gRPC server on a temp socket serving the fleet's pods")
 
 
-def duration(text: str) -> float:
-    """``1s``, ``500ms``, ``2m`` or plain seconds -> seconds (gpuwatch.units' one parser)."""
-    try:
-        return units.parse_duration(text, what="duration")
-    except units.UsageError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("duration: ")) from None
-
-
 def run(args: argparse.Namespace) -> int:
-
+    """Serve until SIGTERM/SIGINT; a bad flag is a UsageError (exit 2) before any source opens."""
+    _check_flags(args)
+    if args.simulate_kubelet and args.source != "simulate":
+        raise units.UsageError("--simulate-kubelet needs --source simulate")
     node = args.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
     options = SourceOptions(node=node, interval_s=args.interval, profiling=not args.no_profiling,
                             dcgm_bindings=args.dcgm_bindings, dcgm_host=args.dcgm_host,
@@ -71,9 +66,8 @@ def run(args: argparse.Namespace) -> int:
                             simulate_node=args.simulate_node)
     try:
         source = open_source(args.source, options)
-    except (NoSourceError, ValueError, ImportError) as exc:
-        log.error("%s", exc)
-        return 2
+    except (NoSourceError, ValueError, ImportError) as exc:  # no GPU, no bindings, no such node
+        raise units.UsageError(str(exc)) from None
     stack: list = [source.close]
     try:
         allocations = _attribution(args, source, stack)
@@ -82,9 +76,8 @@ def run(args: argparse.Namespace) -> int:
                                                       profiling=not args.no_profiling))
         try:
             server = serve(collector, args.listen)
-        except (ValueError, OSError) as exc:  # bad --listen, port in use: say which
-            log.error("cannot listen on %r: %s", args.listen, exc)
-            return 2
+        except OSError as exc:  # port in use, address not here: one line naming the flag (exit 1)
+            raise OSError(f"--listen {args.listen}: cannot listen: {exc.strerror or exc}") from None
         stack.append(server.stop)
         log.info("serving source %s on %s (port %d): /metrics /healthz", source.name, args.listen, server.port)
         _wait_for_signal()
@@ -94,14 +87,18 @@ def run(args: argparse.Namespace) -> int:
             close()
 
 
+def _check_flags(args: argparse.Namespace) -> None:
+    """Parse every text flag in place (gpuwatch.units' one grammar): a UsageError names the flag."""
+    units.parse_listen(args.listen, what="--listen")
+    args.interval = units.parse_duration(args.interval, what="--interval")
+    args.kubelet_timeout = units.parse_duration(args.kubelet_timeout, what="--kubelet-timeout")
+
+
 def _attribution(args: argparse.Namespace, source, stack: list):
     """The allocations reader: the kubelet socket (or a fake kubelet for the simulated fleet)."""
 
     socket_path = args.kubelet_socket
     if args.simulate_kubelet:
-        if source.name != "simulate":
-            raise SystemExit("--simulate-kubelet needs --source simulate")
-
         tmp = tempfile.mkdtemp(prefix="gpuwatch-kubelet-")
         socket_path = os.path.join(tmp, "kubelet.sock")
         fake = kubelet_simulated.serve(socket_path, pods=lambda: kubelet_simulated.pods_from_fleet(source.fleet, node=source.node,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from typing import Any
 from gpuwatch import analyses, store, units
 from gpuwatch.analyses.params import params
 from gpuwatch.analyses.params import window as analysis_window
+from gpuwatch.exporter import server as http_server
 from gpuwatch.findings import findings as assemble
 
 log = logging.getLogger(__name__)
@@ -53,17 +55,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     window = timedelta(seconds=units.parse_duration(args.window, what="--window"))
+    if not (math.isfinite(args.ttl) and args.ttl >= 0):  # every flag checked before the store is opened
+        raise units.UsageError(f"--ttl: {args.ttl!r} is not a number of seconds >= 0")
+    units.parse_listen(args.listen, what="--listen")
     collector = DerivedCollector(lambda: store.connect(args.db, read_only=True), window=window, ttl=args.ttl)
     server = serve(collector, args.listen)
-    log.info("serving derived metrics from %s on :%d/metrics (window %s)", args.db, server.server_address[1], args.window)
+    log.info("serving derived metrics from %s on :%d/metrics (window %s)", args.db, server.port, args.window)
     try:
         threading.Event().wait()
     except KeyboardInterrupt:
         pass
     finally:
-        server.shutdown()
+        server.stop()
     return 0
 
 
@@ -80,7 +84,6 @@ class DerivedCollector:
 
     def __init__(self, connect: Callable[[], Any], *, window: timedelta | str, ttl: float = 60.0,
                  clock: Callable[[], float] = time.monotonic, close: bool = True):
-
         self.connect, self.ttl, self.clock, self.close = connect, ttl, clock, close
         self.window = timedelta(seconds=units.parse_duration(window, what="window")) if isinstance(window, str) else window
         self._lock = threading.Lock()
@@ -119,7 +122,6 @@ class DerivedCollector:
 
 def compute(con: Any, *, window: timedelta) -> dict:
     """Run the analyses over ``window`` ending at the latest data; findings + per-analysis status."""
-
     present = [name for name in ANALYSES if name in analyses.names()]
     try:
         start, end = analysis_window(store.data_range(con)[1], length=window)
@@ -211,10 +213,10 @@ def _registry(collector: DerivedCollector):
     return registry
 
 
-def serve(collector: DerivedCollector, listen: str = ":9401"):
-    """Serve /metrics in a background thread; returns the server (``.shutdown()``)."""
-    from prometheus_client import start_http_server
+def serve(collector: DerivedCollector, listen: str = ":9401") -> http_server.Server:
+    """Serve /metrics in a background thread on the exporter's bounded server (``.port``, ``.stop()``)."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-    host, port = units.parse_listen(listen, what="--listen")
-    server, _thread = start_http_server(port, addr=host or "0.0.0.0", registry=_registry(collector))
-    return server
+    registry = _registry(collector)
+    return http_server.serve_metrics(lambda: generate_latest(registry), listen, content_type=CONTENT_TYPE_LATEST,
+                                     name="gpuwatch-derived")

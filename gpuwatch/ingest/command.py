@@ -1,7 +1,7 @@
 """`gpuwatch ingest`: load a bundle directory, a Prometheus server or a saved /metrics file into DuckDB.
 
 Idempotent per window: re-ingesting a window replaces its samples. Prometheus (`prometheus://`)
-and .prom files are read by gpuwatch.sources (imported only when used).
+and .prom files are read by gpuwatch.ingest's readers.
 """
 
 from __future__ import annotations

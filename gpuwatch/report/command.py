@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from gpuwatch import __version__, analyses, store
+from gpuwatch import __version__, analyses, store, units
 from gpuwatch.report import isoweek as weeks
 from gpuwatch.report import weekly
 
@@ -22,8 +22,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Gather, render and write; errors name the problem and exit 2."""
-
+    """Gather, render and write; errors name the problem and exit 2 (a flag) or 1 (the data)."""
+    try:  # a bad --week is refused before the store is opened
+        chosen = weeks.parse(args.week) if args.week else None
+    except ValueError as err:
+        raise units.UsageError(f"--week: {err}") from None
     if not os.path.isfile(args.db):
         print(f"gpuwatch report: no database at {args.db!r} (create one with `gpuwatch ingest`)", file=sys.stderr)
         return 2
@@ -33,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpuwatch report: {args.db!r} holds no samples; nothing to report", file=sys.stderr)
         return 2
     try:
-        week, complete = (weeks.parse(args.week), True) if args.week else weekly.default_week(coverage)
+        week, complete = (chosen, True) if chosen else weekly.default_week(coverage)
     except ValueError as err:
         print(f"gpuwatch report: {err}", file=sys.stderr)
         return 2
