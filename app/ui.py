@@ -17,6 +17,7 @@ import pandas as pd
 import streamlit as st
 
 import gpuwatch.analyses as analyses
+import gpuwatch.analyses.chargeback as chargeback_analysis
 import gpuwatch.analyses.params as analysis_params
 import gpuwatch.store as store
 import gpuwatch.units as units
@@ -70,6 +71,14 @@ def chargeback(ctx: Context) -> pd.DataFrame:
     """The chargeback analysis from the findings assembly (handed the cached mig_fragmentation frame
     the MIG and Recommendations pages use too, so the placement search runs once per window)."""
     return _findings(ctx, "chargeback")
+
+
+CHARGEBACK_PROBLEMS = chargeback_analysis.PROBLEMS  # rows with GPU-hours and no cost
+
+
+def chargeback_warnings(frame: pd.DataFrame) -> list[str]:
+    """The chargeback's data problems (unpriced, over-allocated) as plain lines, in the analysis' words."""
+    return chargeback_analysis.warnings(frame)
 
 
 def recommendation_frame(ctx: Context) -> pd.DataFrame:
@@ -175,7 +184,7 @@ def table(frame: pd.DataFrame, name: str, *, empty: str) -> None:
         return
     shown = readable(frame)
     st.dataframe(shown, hide_index=True, width="stretch", column_config=_column_config(shown))
-    st.download_button(f"Download {name}.csv", csvfile.safe(frame).to_csv(index=False).encode(), file_name=f"{name}.csv",
+    st.download_button(f"Download {name}.csv", csvfile.to_csv(frame).encode(), file_name=f"{name}.csv",
                        mime="text/csv", key=f"csv_{name}")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 
+from gpuwatch import mig as mig_geometry
 from gpuwatch import units
 
 COLUMNS = ("id", "kind", "namespace", "pod", "team", "node", "evidence", "monthly_savings_usd",
@@ -78,8 +79,8 @@ def repack_mig(mig, *, prices=None, hours_per_month: float = units.HOURS_PER_MON
                                                       and _num(r["repack_stranded_slices"]) >= stranded):
             continue
         recovered = stranded - _num(r.get("repack_stranded_slices"))
-        savings = recovered / 8 * _num(price.get(r.get("gpu_model"))) * hours_per_month
-        evidence = f"{stranded:.0f} of 8 memory slices stranded ({r.get('instances', '')}); repack to {repack}"
+        savings = recovered / mig_geometry.MEMORY_SLICES * _num(price.get(r.get("gpu_model"))) * hours_per_month
+        evidence = f"{stranded:.0f} of {mig_geometry.MEMORY_SLICES} memory slices stranded ({r.get('instances', '')}); repack to {repack}"
         row = _row("repack_mig", {**r, "namespace": None, "pod": None, "team": None}, evidence=evidence,
                    savings=savings, target=repack, subject=r["gpu_uuid"])
         out.append(row)

@@ -33,6 +33,22 @@ def load_sample(path: Path) -> Path:
     return path
 
 
+def load_unpriced(path: Path) -> Path:
+    """sample_data whose price list lacks the A100: those GPUs and the pods on them are unpriced."""
+    import pandas as pd
+
+    from gpuwatch import store
+    from gpuwatch.store import bundle
+
+    frames = {name: pd.read_parquet(file) if file.suffix == ".parquet" else pd.read_csv(file)
+              for name, file in bundle.find_files(sample_bundle()).items() if name != "truth"}
+    frames["prices"] = frames["prices"][~frames["prices"]["gpu_model"].str.contains("A100")]
+    con = store.connect(str(path))
+    store.load(con, frames, source="unpriced")
+    con.close()
+    return path
+
+
 def load_hostile(path: Path) -> Path:
     """sample_data with one team renamed to a script tag and one namespace to an SQL injection."""
     import pandas as pd

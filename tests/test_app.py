@@ -160,6 +160,17 @@ def test_chargeback_page_totals_match_the_analysis(sample_db, window, monkeypatc
     assert len(table) == len(teams) and abs(table["cost_usd"].sum() - teams["cost_usd"].sum()) < 0.005
 
 
+def test_chargeback_page_warns_about_unpriced_gpus(tmp_path, monkeypatch):
+    """GPU-hours on a model without a price are a warning and a problems table, never $0 in a team."""
+    db = support.load_unpriced(tmp_path / "unpriced.duckdb")
+    at = open_page(db, "chargeback", monkeypatch)
+    warnings = [w.value for w in at.warning]
+    assert any("no price" in w for w in warnings) and any("outside the fleet cost" in w for w in warnings)
+    problems = at.dataframe[-1].value
+    assert set(problems["kind"]) >= {"unpriced", "unpriced_capacity"} and "cost_usd" not in problems
+    assert (at.dataframe[0].value["cost_usd"] > 0).all()  # the teams' table: priced rows only
+
+
 def test_recommendations_page_totals_savings(sample_db, window, monkeypatch):
     from gpuwatch import analyses, recommendations
 

@@ -24,7 +24,7 @@ def _check_reconciles(charge: pd.DataFrame) -> None:
     teams = charge[charge["kind"] == "team"]
     assert (teams[list(PARTS)].sum(axis=1).round(2) == teams["cost_usd"].round(2)).all()
     for column in ("cost_usd", *PARTS):  # every part is a whole number of cents
-        assert ((charge[column] * 100).round(6) % 1 == 0).all(), column
+        assert ((charge[column].dropna() * 100).round(6) % 1 == 0).all(), column  # NaN: unpriced, no cents
 
 
 @given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=40))
@@ -42,10 +42,10 @@ pod_strategy = st.fixed_dictionaries({
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(prices=st.lists(st.floats(0.01, 50), min_size=2, max_size=2),
-       profile_price=st.one_of(st.none(), st.floats(0.01, 10)),
+@given(prices=st.lists(st.one_of(st.none(), st.floats(0.01, 50)), min_size=2, max_size=2),
+       profile_share=st.one_of(st.none(), st.floats(0.01, 1)),
        pods=st.lists(pod_strategy, max_size=12))
-def test_chargeback_reconciles_for_random_fleets(prices, profile_price, pods):
+def test_chargeback_reconciles_for_random_fleets(prices, profile_share, pods):
     devices, pod_rows, samples = [], [], []
     for g in range(6):
         devices.append({"node": f"n{g // 3}", "gpu_uuid": f"GPU-{g}", "gpu_model": MODELS[g % 2]})
@@ -67,10 +67,11 @@ def test_chargeback_reconciles_for_random_fleets(prices, profile_price, pods):
             samples.append({"ts": start + pd.Timedelta(minutes=15 * k), "node": f"n{gpu // 3}", "gpu_uuid": f"GPU-{gpu}",
                             "mig_gi_id": 1 if p["kind"] == "mig" else None, "namespace": f"ns{i % 3}", "pod": f"pod{i}",
                             "gpu_util": p["busy"], "sm_active": p["sm"]})
-    price_rows = [{"gpu_model": m, "usd_per_gpu_hour": v} for m, v in zip(MODELS, prices, strict=True)]
-    if profile_price is not None:
+    price_rows = [{"gpu_model": m, "usd_per_gpu_hour": v} for m, v in zip(MODELS, prices, strict=True) if v is not None]
+    if profile_share is not None:  # the 3g and the 1g beside it cost at most their GPU (a fixed $1 on an unpriced one)
+        profile_price = 1.0 if prices[1] is None else prices[1] * profile_share * 6 / 7
         price_rows.append({"gpu_model": f"{MODELS[1]}/3g.40gb", "usd_per_gpu_hour": profile_price})
-    frames = {"devices": pd.DataFrame(devices), "prices": pd.DataFrame(price_rows)}
+    frames = {"devices": pd.DataFrame(devices), "prices": pd.DataFrame(price_rows, columns=["gpu_model", "usd_per_gpu_hour"])}
     if pod_rows:
         frames["pods"] = pd.DataFrame(pod_rows)
     if samples:
@@ -79,9 +80,23 @@ def test_chargeback_reconciles_for_random_fleets(prices, profile_price, pods):
     store.load(con, frames, source="hypothesis")
     charge = analyses.run(con, "chargeback", **params(T0, T0 + pd.Timedelta(days=7)))
     _check_reconciles(charge)
-    expected_fleet = 7 * 24 * (3 * prices[0] + 3 * prices[1])
+    expected_fleet = 7 * 24 * 3 * sum(p for p in prices if p is not None)  # priced GPUs only
     assert charge["fleet_cost_usd"].iloc[0] == round(expected_fleet, 2)
+    _check_every_device_priced_or_reported(charge, prices=prices, pods=pod_rows)
     con.close()
+
+
+def _check_every_device_priced_or_reported(charge: pd.DataFrame, *, prices: list, pods: list[dict]) -> None:
+    """Unpriced GPUs are one unpriced_capacity row (3 per model here); a pod on one is never $0 in a team."""
+    unpriced_gpus = 3 * sum(p is None for p in prices)
+    assert charge.loc[charge["kind"] == "unpriced_capacity", "pods"].sum() == unpriced_gpus
+    assert charge.loc[charge["kind"].isin(["unpriced", "unpriced_capacity"]), "cost_usd"].isna().all()
+    assert charge.loc[charge["kind"] == "unallocated", "cost_usd"].iloc[0] >= 0
+    in_window = [p for p in pods if p["end_ts"] > T0 and p["start_ts"] < T0 + pd.Timedelta(days=7)]
+    on_unpriced = {(p["team"] or p["namespace"], p["namespace"]) for p in in_window
+                   if prices[int(p["device_ids"][4:]) % 2] is None}  # GPU-5, the MIG one, is MODELS[1]
+    reported = set(zip(*(charge.loc[charge["kind"] == "unpriced", c] for c in ("team", "namespace")), strict=True))
+    assert on_unpriced <= reported
 
 
 def test_sample_data_reconciles():

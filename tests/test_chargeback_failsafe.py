@@ -11,7 +11,8 @@ import math
 import pandas as pd
 import pytest
 
-from gpuwatch import analyses, store
+from gpuwatch import analyses, store, units
+from gpuwatch.analyses import chargeback
 from gpuwatch.analyses.params import params
 
 T0 = pd.Timestamp("2026-11-09T00:00:00")
@@ -92,3 +93,56 @@ def test_absurd_money_inputs_are_refused_at_load(table, row, column):
     con = store.connect(None)
     with pytest.raises(store.BundleError, match=rf"column '{column}', row 1: .* is not a plausible value"):
         store.load(con, {table: pd.DataFrame([row])}, source="test")
+
+
+def test_every_total_says_what_is_unpriced_and_what_was_capped(tmp_path):
+    """The analyze summary, the weekly report and (tests/test_app.py) the app each warn, in the
+    analysis' own words, about GPU-hours that carry no cost; none of them totals them as dollars."""
+    from gpuwatch.findings import command
+    from gpuwatch.report import isoweek, weekly
+
+    con = _load(prices=[{"gpu_model": "NVIDIA H100 80GB HBM3", "usd_per_gpu_hour": 4.0}],
+                pods=[_pod("priced", "n1", "GPU-a", count=3.0), _pod("mystery", "n2", "GPU-b", team="u")])
+    charge = analyses.run(con, "chargeback", **WINDOW)
+    lines = chargeback.warnings(charge)
+    assert [line.split(" ")[0] for line in lines] == ["10.0", "1", "1"]  # unpriced, unpriced GPUs, capped pods
+    assert "no price" in lines[0] and "outside the fleet cost" in lines[1] and "20.0 GPU-hours" in lines[2]
+    text = command.summary({"chargeback": charge}, start=WINDOW["start"], end=WINDOW["end"])
+    assert "fleet cost $40.00 (priced GPUs only)" in text and "nan" not in text
+    assert [line for line in text.splitlines() if line.startswith("warning: ")] == [f"warning: {x}" for x in lines]
+    data = weekly.gather(con, isoweek.of(T0.to_pydatetime()), db_name="t.duckdb")
+    html = (weekly.write(data, tmp_path, version="test")[0]).read_text()
+    week_lines = chargeback.warnings(data.frames["chargeback"])  # the week: 168 h of each allocation
+    assert len(week_lines) == 3 and all(f"Not in the totals: {line}." in html for line in week_lines)
+    assert 'id="total-usd">$672.00<' in html  # 168 h x $4 of the one priced GPU
+
+
+@pytest.mark.parametrize("values", [[1e20, 1e20, 3.3], [math.inf, 1.0], [math.nan, 1.0], [-1e300]])
+def test_cent_rounding_is_bounded_whatever_reaches_it(values):
+    """A price of 1e20 used to hang analyze (one loop turn per missing cent): now a DataError at once."""
+    with pytest.raises(units.DataError, match="chargeback: an amount is not finite or above"):
+        chargeback.largest_remainder(values, total=sum(values))
+
+
+def test_a_pod_is_priced_by_its_own_gpus_model_not_its_nodes_other_one():
+    """Found by the random-fleet law: on a node with two models, a pod used to take the node's min()
+    model, so a pod on an unpriced GPU was charged at the other model's price."""
+    con = _load(prices=[{"gpu_model": "NVIDIA H100 80GB HBM3", "usd_per_gpu_hour": 4.0}],
+                devices=[{"node": "n1", "gpu_uuid": "GPU-a", "gpu_model": "NVIDIA H100 80GB HBM3"},
+                         {"node": "n1", "gpu_uuid": "GPU-b", "gpu_model": "Zeta GPU"}],  # sorts after H100
+                pods=[_pod("zeta", "n1", "GPU-b", team="u")])
+    charge = analyses.run(con, "chargeback", **WINDOW)
+    assert "u" not in set(charge.loc[charge["kind"] == "team", "team"])
+    assert charge.loc[charge["kind"] == "unpriced", "team"].tolist() == ["u"]
+
+
+def test_a_profile_price_does_not_price_an_instance_of_an_unpriced_gpu():
+    """A "<model>/<profile>" row refines a priced GPU; alone it used to charge a pod for a GPU that is
+    outside the fleet cost (unallocated went negative)."""
+    mig = {"node": "n1", "gpu_uuid": "GPU-m", "gpu_model": "Mystery GPU", "mig_gi_id": 1, "mig_profile": "3g.40gb",
+           "mig_profile_id": 9, "mig_placement_start": 0, "mig_placement_size": 4}
+    pod = {**_pod("mig", "n1", "GPU-m"), "gpu_resource": "nvidia.com/mig-3g.40gb"}
+    con = _load(prices=[{"gpu_model": "Mystery GPU/3g.40gb", "usd_per_gpu_hour": 2.0}], devices=[mig], pods=[pod])
+    charge = analyses.run(con, "chargeback", **WINDOW)
+    assert charge.loc[charge["kind"] == "unallocated", "cost_usd"].iloc[0] == 0.0  # was -20.00
+    assert charge.loc[charge["kind"] == "unpriced", "team"].tolist() == ["t"]

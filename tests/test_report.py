@@ -136,6 +136,14 @@ def test_spend_table_rows_add_up_to_the_total(report):
     assert total is not None and money(round(sum(rows), 2)) == total
 
 
+def test_chargeback_csv_is_byte_identical_from_a_second_store(report, tmp_path):
+    """Same input, same bytes: a second store loaded from the same bundle writes the same chargeback.csv."""
+    again = support.load_sample(tmp_path / "again.duckdb")
+    assert cli.main(["report", "weekly", "--db", str(again), "--out", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "chargeback.csv").read_bytes() == (report / "chargeback.csv").read_bytes()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(p.name for p in report.iterdir())
+
+
 def test_report_is_self_contained(report):
     for page in report.glob("*.html"):
         html = page.read_text()

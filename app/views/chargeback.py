@@ -17,7 +17,10 @@ if frame.empty:
     st.info("No GPUs priced in this window.")
     st.stop()
 teams = ui.for_teams(ctx, frame[frame["kind"] == "team"])
-fleet_parts = frame[frame["kind"] != "team"]
+fleet_parts = frame[frame["kind"].isin(["unallocated", "stranded"])]
+problems = frame[frame["kind"].isin(ui.CHARGEBACK_PROBLEMS)]
+for line in ui.chargeback_warnings(frame):  # unpriced use is never $0 inside a team: say so
+    st.warning(f"Not in the costs below: {line}.")
 PARTS = {"productive_usd": "productive", "false_util_usd": "false-util", "idle_usd": "idle",
          "unobserved_usd": "unobserved"}
 COLORS = ["#2e7d32", "#8e24aa", "#f9a825", "#90a4ae"]
@@ -51,6 +54,10 @@ ui.table(teams, "chargeback_teams", empty="No team allocated a GPU in this windo
 st.subheader("Fleet: unallocated and stranded")
 ui.table(fleet_parts[["kind", "team", "cost_usd", "share_of_fleet"]], "chargeback_fleet",
          empty="Nothing unallocated or stranded.")
+if not problems.empty:
+    st.subheader("Data problems: GPU-hours without a cost")
+    ui.table(ui.for_teams(ctx, problems)[["kind", "team", "namespace", "gpu_hours", "pods"]], "chargeback_problems",
+             empty="No unpriced or over-allocated GPU-hours for the selected teams.")
 st.download_button("Download chargeback.csv (all rows, as in the weekly report)",
-                   ui.csvfile.safe(frame).to_csv(index=False).encode(), file_name="chargeback.csv", mime="text/csv",
+                   ui.csvfile.to_csv(frame).encode(), file_name="chargeback.csv", mime="text/csv",
                    key="csv_chargeback_all")

@@ -59,6 +59,24 @@ def problems(frame):
     return rows
 
 
+def warnings(charge) -> list[str]:
+    """One plain line per data problem in a chargeback frame (unpriced use, unpriced GPUs, allocations
+    capped at capacity), for every place that shows a total: counts and GPU-hours only, no names (names
+    are data and these lines go into markdown and HTML)."""
+    out = []
+    for kind, text in (
+        ("unpriced", "{h:,.1f} GPU-hours in {n} team/namespace row(s) ran on GPUs whose model has no price: "
+                     "no team is charged for them (add the models to prices.csv)"),
+        ("unpriced_capacity", "{pods:,.0f} GPU(s) without a price ({h:,.1f} GPU-hours) are outside the fleet cost"),
+        ("over_allocated", "{pods:,.0f} pod(s) were allocated more GPUs than they could hold: {h:,.1f} GPU-hours "
+                           "above capacity were capped, not charged (a data problem in pods.csv)"),
+    ):
+        rows = charge[charge["kind"] == kind]
+        if len(rows):
+            out.append(text.format(h=float(rows["gpu_hours"].sum()), n=len(rows), pods=float(rows["pods"].sum())))
+    return out
+
+
 def stranded_usd(con: Any, mig_free, params: dict) -> float:
     """Cost of MIG capacity that is free but cannot hold any instance (mig_fragmentation's stranded slices).
 
@@ -77,14 +95,25 @@ def stranded_usd(con: Any, mig_free, params: dict) -> float:
     return float((joined["amount_usd"].astype(float) * share).sum())
 
 
+# Above this many dollars a float no longer holds whole cents (2**53 cents): such an amount is bad data
+# (the store refuses absurd prices at load; this keeps analysis bounded whatever reaches it).
+MAX_USD = 1e13
+
+
 def largest_remainder(values: list[float], *, total: float) -> list[int]:
-    """Cents for each value, each within a cent of it, summing exactly to round(total, 2) in cents."""
+    """Cents for each value, each within a cent of it, summing exactly to round(total, 2) in cents.
+
+    Bounded work whatever the input: a non-finite amount or one above ``MAX_USD`` is a DataError.
+    """
+    if not all(math.isfinite(v) and abs(v) <= MAX_USD for v in [*values, total]):
+        raise units.DataError(f"chargeback: an amount is not finite or above ${MAX_USD:,.0f} "
+                              "(check the prices and allocations)")
     target = round(total * 100)
     floors = [math.floor(v * 100) for v in values]
     remainders = sorted(range(len(values)), key=lambda i: (-(values[i] * 100 - floors[i]), i))
     missing = target - sum(floors)
     if abs(missing) > len(values):  # exact arithmetic misses by at most one cent per value
-        raise units.DataError(f"chargeback: amounts out of range for cent rounding (total ${total:,.2f}); "
+        raise units.DataError(f"chargeback: amounts out of range for cent rounding (total ${total:.6g}); "
                               "check the prices and allocations")
     for k in range(abs(missing)):
         i = remainders[k % len(values)] if missing > 0 else remainders[-1 - k % len(values)]

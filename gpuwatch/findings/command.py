@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch import analyses, store, units
+from gpuwatch.analyses import chargeback
 from gpuwatch.analyses import params as defaults
 from gpuwatch.findings import csvfile, findings
 from gpuwatch.ingest import command
@@ -79,10 +80,7 @@ def write_csvs(results: dict, out: Path, *, data_as_of: str | None = None) -> No
     findings without it)."""
     out.mkdir(parents=True, exist_ok=True)
     for name, frame in results.items():
-        frame = csvfile.safe(frame).assign(data_as_of=data_as_of or "")
-        # 12 significant digits: beyond any cent or second, and the same bytes whatever order DuckDB's
-        # threads summed in (parallel sums differ in the 16th digit)
-        frame.to_csv(out / f"{name}.csv", index=False, date_format="%Y-%m-%dT%H:%M:%SZ", float_format="%.12g")
+        csvfile.to_csv(frame.assign(data_as_of=data_as_of or ""), out / f"{name}.csv")
     log.info("wrote %d files to %s", len(results), out)
 
 
@@ -97,10 +95,7 @@ def summary(results: dict, *, start: datetime, end: datetime) -> str:
     lines = [f"gpuwatch analysis {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC"]
     charge = results.get("chargeback")
     if charge is not None and len(charge):
-        lines.append(f"fleet cost ${charge['fleet_cost_usd'].iloc[0]:,.2f}")
-        for _, r in charge.iterrows():
-            lines.append(f"  {r['team'][:24]:<24} {str(r['namespace'])[:22]:<22} ${r['cost_usd']:>11,.2f}"
-                         f"  idle ${r['idle_usd']:>9,.2f}  false ${r['false_util_usd']:>9,.2f}")
+        lines += _chargeback_lines(charge)
     idle = results.get("idle_hoarding")
     if idle is not None:
         hoarders = idle[idle["hoarder"].fillna(False).astype(bool)]
@@ -120,3 +115,13 @@ def summary(results: dict, *, start: datetime, end: datetime) -> str:
             lines.append(f"  [{r['kind']}] {r['namespace'] or r['node']}/{r['pod'] or r['gpu_uuid']}: "
                          f"${r['monthly_savings_usd']:,.2f}/month - {r['evidence']}")
     return "\n".join(lines)
+
+
+def _chargeback_lines(charge: Any) -> list[str]:
+    """The fleet cost, each priced row, then a warning per data problem (unpriced, over-allocated)."""
+    problems = chargeback.warnings(charge)
+    lines = [f"fleet cost ${charge['fleet_cost_usd'].iloc[0]:,.2f}" + (" (priced GPUs only)" if problems else "")]
+    for _, r in charge[~charge["kind"].isin(chargeback.PROBLEMS)].iterrows():
+        lines.append(f"  {str(r['team'])[:24]:<24} {str(r['namespace'])[:22]:<22} ${r['cost_usd']:>11,.2f}"
+                     f"  idle ${r['idle_usd']:>9,.2f}  false ${r['false_util_usd']:>9,.2f}")
+    return lines + [f"warning: {line}" for line in problems]

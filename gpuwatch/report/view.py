@@ -10,6 +10,8 @@ from typing import Any
 
 import pandas as pd
 
+from gpuwatch import mig as mig_geometry
+from gpuwatch.analyses import chargeback
 from gpuwatch.report import charts
 
 PARTS = {"productive_usd": "productive", "false_util_usd": "false-util", "idle_usd": "idle",
@@ -44,7 +46,9 @@ def _previous(data):
 
 def fleet_view(data) -> dict:
     """The fleet page: spend by team, fleet-level waste (unallocated, stranded), every finding."""
-    charge, prev = data.frames["chargeback"], _previous(data)
+    everything, prev = data.frames["chargeback"], _previous(data)
+    # unpriced use and capped excess carry GPU-hours but no dollars: warned about, not totalled
+    charge, prev = (f[~f["kind"].isin(chargeback.PROBLEMS)] for f in (everything, prev))
     rows = _spend_rows(charge[charge["kind"] == "team"], prev[prev["kind"] == "team"], by="team")
     for kind in ("unallocated", "stranded"):
         rows.append(_row(charge[charge["kind"] == kind]["team"].iloc[0] if (charge["kind"] == kind).any() else kind,
@@ -56,6 +60,7 @@ def fleet_view(data) -> dict:
                       breakdown="Team")
     context["daily_svg"] = charts.daily_cost(data.frames["daily"]) if len(data.frames["daily"]) else ""
     context["waste_svg"] = _waste_svg(charge, by="team", title="Cost by team and kind (fleet parts below)")
+    context["problems"] = chargeback.warnings(everything)
     context.update(_findings(data, team=None))
     return context
 
@@ -70,6 +75,8 @@ def team_view(data, team: str) -> dict:
                       breakdown="Namespace")
     context["daily_svg"] = ""
     context["waste_svg"] = _waste_svg(charge, by="namespace", title=f"Cost by namespace and kind — {team}")
+    everything = data.frames["chargeback"]
+    context["problems"] = chargeback.warnings(everything[everything["team"] == team])
     context.update(_findings(data, team=team))
     return context
 
@@ -149,7 +156,7 @@ def _mig_total(mig: pd.DataFrame) -> dict:
     ok = mig[mig["problem"].fillna("") == ""] if len(mig) else mig
     gpus = len(ok)
     stranded = int(ok["stranded_slices"].sum()) if gpus else 0
-    return {"gpus": gpus, "stranded_slices": stranded, "stranded_fraction": stranded / (8 * gpus) if gpus else 0.0,
+    return {"gpus": gpus, "stranded_slices": stranded, "stranded_fraction": stranded / (mig_geometry.MEMORY_SLICES * gpus) if gpus else 0.0,
             "repack_moves": int(ok["repack_moves"].sum()) if gpus else 0}
 
 

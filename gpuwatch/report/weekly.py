@@ -79,7 +79,7 @@ def write(data: WeekData, out: Path, *, version: str) -> list[Path]:
     csv = out / "chargeback.csv"
     charge = data.frames["chargeback"]
     money = {c: 2 for c in charge.columns if c.endswith("_usd")}  # cents, as the analysis rounded them
-    csvfile.safe(charge.round({**dict.fromkeys(charge.select_dtypes("float").columns, 6), **money})).to_csv(csv, index=False)
+    csvfile.to_csv(charge.round({**dict.fromkeys(charge.select_dtypes("float").columns, 6), **money}), csv)
     written.append(csv)
     return written
 

@@ -4,7 +4,9 @@
 -- Prices: one per model (or "<model>/<mig profile>"); matched on model_key (trimmed, case-folded),
 -- so "NVIDIA H100 80GB HBM3" and "nvidia h100 80gb hbm3" are one model; a load refuses negative,
 -- non-finite and absurd prices, and a device whose model has no price here stays unpriced (NULL),
--- which chargeback reports as such, never as $0.
+-- which chargeback reports as such, never as $0. A "<model>/<profile>" price refines a priced GPU's
+-- MIG instances; it does not price an instance whose GPU has no price (that GPU is outside the fleet
+-- cost, so its instances' use must be too).
 CREATE OR REPLACE MACRO model_key(name) AS lower(trim(name));
 
 CREATE OR REPLACE VIEW stg_prices AS
@@ -45,7 +47,8 @@ final AS (
            -- a MIG instance is its share of the GPU's compute slices
            CASE WHEN s.mig_gi_id IS NULL THEN 1.0 ELSE mig_gpu_share(s.compute_slices) END AS gpu_share,
            CASE WHEN s.mig_gi_id IS NULL THEN mp.usd_per_gpu_hour
-                ELSE coalesce(pp.usd_per_gpu_hour, mp.usd_per_gpu_hour * mig_gpu_share(s.compute_slices)) END AS usd_per_hour
+                WHEN mp.usd_per_gpu_hour IS NOT NULL
+                THEN coalesce(pp.usd_per_gpu_hour, mp.usd_per_gpu_hour * mig_gpu_share(s.compute_slices)) END AS usd_per_hour
     FROM sized s
     LEFT JOIN stg_prices mp ON mp.model_key = model_key(s.gpu_model)
     LEFT JOIN stg_prices pp ON pp.model_key = model_key(s.gpu_model || '/' || s.mig_profile)
@@ -60,6 +63,9 @@ WITH raw AS (
 node_model AS (
     SELECT node, min(gpu_model) AS gpu_model, count(DISTINCT gpu_uuid) AS gpus FROM stg_devices GROUP BY node
 ),
+device_model AS (
+    SELECT node, gpu_uuid, min(gpu_model) AS gpu_model FROM stg_devices GROUP BY node, gpu_uuid
+),
 shaped AS (
     SELECT r.* EXCLUDE (team),
            -- chargeback key: the pod's `team` label, else its namespace (docs/architecture.md#finding-semantics)
@@ -69,8 +75,12 @@ shaped AS (
            least(CASE WHEN nullif(r.device_ids, '') IS NOT NULL THEN len(string_split(r.device_ids, ',')) END,
                  nm.gpus) AS capacity,
            nullif(regexp_extract(r.gpu_resource, 'mig-(.+)$', 1), '') AS mig_profile,
-           nm.gpu_model
-    FROM raw r LEFT JOIN node_model nm ON nm.node = r.node
+           -- the model of the pod's (first) listed GPU; the node's only where the list names no GPU of
+           -- it (a node with two models must not price a pod by the other one)
+           coalesce(dm.gpu_model, nm.gpu_model) AS gpu_model
+    FROM raw r
+    LEFT JOIN node_model nm ON nm.node = r.node
+    LEFT JOIN device_model dm ON dm.node = r.node AND dm.gpu_uuid = trim(string_split(r.device_ids, ',')[1])
 ),
 capped AS (
     -- an allocation is capped at the capacity it can hold (1.5 GPUs on one whole GPU, 1000 on one
@@ -87,7 +97,8 @@ final AS (
            -- whole-GPU equivalents: a time-sliced pod's fractional gpu_count, a MIG pod's share of its GPU
            s.gpu_count * slice_share AS gpu_equivalents,
            s.gpu_count * CASE WHEN s.mig_profile IS NULL THEN mp.usd_per_gpu_hour
-                              ELSE coalesce(pp.usd_per_gpu_hour, mp.usd_per_gpu_hour * slice_share) END AS usd_per_hour
+                              WHEN mp.usd_per_gpu_hour IS NOT NULL
+                              THEN coalesce(pp.usd_per_gpu_hour, mp.usd_per_gpu_hour * slice_share) END AS usd_per_hour
     FROM capped s
     LEFT JOIN stg_prices mp ON mp.model_key = model_key(s.gpu_model)
     LEFT JOIN stg_prices pp ON pp.model_key = model_key(s.gpu_model || '/' || s.mig_profile)
