@@ -264,7 +264,8 @@ def test_app_reads_the_db_read_only_and_waits_for_it():
     assert container(spec, "wait-for-db")["command"][-1] == "/data/gpuwatch.duckdb"
     cli = pytest.importorskip("gpuwatch.cli")
     parsed = parse(cli, app["args"])
-    assert (parsed.db, parsed.address, parsed.port) == ("/data/gpuwatch.duckdb", "0.0.0.0", 8501)
+    port = pytest.importorskip("gpuwatch.units").parse_port(parsed.port, what="--port")
+    assert (parsed.db, parsed.address, port) == ("/data/gpuwatch.duckdb", "0.0.0.0", 8501)
 
 
 def test_report_runs_mondays_at_midnight_utc():
