@@ -9,8 +9,18 @@ mapping and HELP unit check are all derived from here, so a field cannot drift b
 
 Keyed by numeric id because DCGM 4.6 renamed its Python constants but kept the ids. Series order is
 dcgm-exporter's etc/default-counters.csv order (it renders families in CSV order), plus SM_ACTIVE,
-SM_OCCUPANCY and NVLINK_TX/RX, which gpuwatch enables. ``old_name`` is dcgm-exporter's
-``--use-old-namespace`` (1.x) name where gpuwatch's readers accept it.
+SM_OCCUPANCY and NVLINK_TX/RX, which gpuwatch enables.
+
+A field is served under one name per dcgm-exporter generation (``NAMES``), each in the unit that
+generation declares:
+
+- ``1.x``: ``--use-old-namespace`` names (``old_name``), same units as 2.x-4.8;
+- ``4.8``: dcgm-exporter 2.x through 4.5.3-4.8.2, ``name`` in ``unit`` (% , MiB, MHz, mJ);
+- ``4.9``: dcgm-exporter 4.9 with DCGM 4.7, which serves DCGM's canonical names (``name49``) and, for
+  eleven default fields, DCGM 4.7's base-unit variants under new ids (``unit49``: ratio, bytes, Hz,
+  J, B/s). A field whose 4.9 name is its 4.8 name has ``name49`` None.
+
+Readers convert from the unit of the generation a name belongs to, never from the values.
 """
 
 from __future__ import annotations
@@ -33,11 +43,13 @@ class Field:
     column: str | None = None  # the samples column it feeds (bundle contract)
     device_column: bool = False  # describes the device (capacity) rather than a sample
     old_name: str | None = None
+    name49: str | None = None  # dcgm-exporter 4.9's name, where it differs
+    unit49: str | None = None  # dcgm-exporter 4.9's unit, where it differs
 
     @property
     def to_base(self) -> float:
         """Factor from the served unit to gpuwatch's base unit (ratio, bytes, watts, bytes/s)."""
-        return _TO_BASE.get(self.unit, 1.0)
+        return to_base(self.unit)
 
     @property
     def profiling(self) -> bool:
@@ -45,51 +57,75 @@ class Field:
         return self.name.startswith("DCGM_FI_PROF_")
 
 
-_TO_BASE = {"%": 0.01, "MiB": float(MIB)}
+# Factor from a served unit to its base unit; units not listed are base units already (ratio, B, W,
+# B/s, Hz, J, C) or unit-less counts.
+_TO_BASE = {"%": 0.01, "MiB": float(MIB), "MHz": 1e6, "mJ": 1e-3, "MB/s": 1e6}
+
+
+def to_base(unit: str) -> float:
+    """Factor from ``unit`` to gpuwatch's base unit."""
+    return _TO_BASE.get(unit, 1.0)
+
 _PCIE = " over the PCIe bus - including both protocol headers and data payloads - in bytes per second."
 
 FIELDS: tuple[Field, ...] = (
-    Field(1, "DCGM_FI_DRIVER_VERSION"),  # a label on every series
-    Field(50, "DCGM_FI_DEV_NAME"),  # on a MIG GPU instance: the profile name
-    Field(100, "DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", unit="MHz"),
-    Field(101, "DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", unit="MHz"),
-    Field(140, "DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", unit="C"),
-    Field(150, "DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", unit="C"),
+    Field(1, "DCGM_FI_DRIVER_VERSION", name49="DCGM_FI_SYSTEM_DRIVER_VERSION"),  # a label on every series
+    Field(50, "DCGM_FI_DEV_NAME", name49="DCGM_FI_DEV_GPU_NAME"),  # on a MIG GPU instance: the profile name
+    Field(100, "DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", unit="MHz",
+          name49="DCGM_FI_DEV_SM_CLOCK_HERTZ", unit49="Hz"),
+    Field(101, "DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", unit="MHz",
+          name49="DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", unit49="Hz"),
+    Field(140, "DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", unit="C",
+          name49="DCGM_FI_DEV_MEMORY_TEMP_CELSIUS"),
+    Field(150, "DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", unit="C",
+          name49="DCGM_FI_DEV_GPU_TEMP_CELSIUS"),
     Field(155, "DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", "d", "W", "power_watts",
-          old_name="dcgm_power_usage"),
+          old_name="dcgm_power_usage", name49="DCGM_FI_DEV_BOARD_POWER_WATTS"),
     Field(156, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ).",
-          unit="mJ"),
-    Field(202, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries."),
+          unit="mJ", name49="DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", unit49="J"),
+    Field(202, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.",
+          name49="DCGM_FI_DEV_PCIE_REPLAY_TOTAL"),
     Field(203, "DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", unit="%", column="gpu_util",
-          old_name="dcgm_gpu_utilization"),
-    Field(204, "DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", unit="%"),
-    Field(206, "DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).", unit="%"),
-    Field(207, "DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).", unit="%"),
-    Field(230, "DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
-    Field(250, "DCGM_FI_DEV_FB_TOTAL", unit="MiB"),  # an input: the exporter serves bytes in its own gauge
+          old_name="dcgm_gpu_utilization", name49="DCGM_FI_DEV_GPU_UTIL_RATIO", unit49="ratio"),
+    Field(204, "DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", unit="%",
+          name49="DCGM_FI_DEV_MEMORY_UTIL_RATIO", unit49="ratio"),
+    Field(206, "DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).", unit="%",
+          name49="DCGM_FI_DEV_ENC_UTIL_RATIO", unit49="ratio"),
+    Field(207, "DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).", unit="%",
+          name49="DCGM_FI_DEV_DEC_UTIL_RATIO", unit49="ratio"),
+    Field(230, "DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.",
+          name49="DCGM_FI_DEV_XID_ERROR"),
+    Field(250, "DCGM_FI_DEV_FB_TOTAL", unit="MiB", name49="DCGM_FI_DEV_FB_CAPACITY_BYTES", unit49="B"),  # an input: the exporter serves bytes in its own gauge
     Field(251, "DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", unit="MiB",
-          device_column=True, old_name="dcgm_fb_free"),
+          device_column=True, old_name="dcgm_fb_free", name49="DCGM_FI_DEV_FB_FREE_BYTES", unit49="B"),
     Field(252, "DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", unit="MiB",
-          column="fb_used_bytes", old_name="dcgm_fb_used"),
+          column="fb_used_bytes", old_name="dcgm_fb_used", name49="DCGM_FI_DEV_FB_USED_BYTES", unit49="B"),
     Field(253, "DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB).", unit="MiB",
-          device_column=True),
+          device_column=True, name49="DCGM_FI_DEV_FB_RESERVED_BYTES", unit49="B"),
     Field(449, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter",
-          "Total number of NVLink bandwidth counters for all lanes."),
+          "Total number of NVLink bandwidth counters for all lanes.", unit="MB/s",
+          name49="DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND", unit49="B/s"),
     Field(526, "DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge", "vGPU License status"),
-    Field(393, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for uncorrectable errors"),
-    Field(394, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for correctable errors"),
-    Field(395, "DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed"),
+    Field(393, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for uncorrectable errors",
+          name49="DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL"),
+    Field(394, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for correctable errors",
+          name49="DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL"),
+    Field(395, "DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed",
+          name49="DCGM_FI_DEV_ROW_REMAP_FAILED"),
     Field(1001, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active.", "d",
-          "ratio", "gr_engine_active", old_name="dcgm_fi_prof_gr_engine_active"),
+          "ratio", "gr_engine_active", old_name="dcgm_fi_prof_gr_engine_active",
+          name49="DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO"),
     Field(1002, "DCGM_FI_PROF_SM_ACTIVE", "gauge", "The ratio of cycles an SM has at least 1 warp assigned.", "d",
-          "ratio", "sm_active", old_name="dcgm_fi_prof_sm_active"),
+          "ratio", "sm_active", old_name="dcgm_fi_prof_sm_active", name49="DCGM_FI_PROF_SM_UTIL_RATIO"),
     Field(1003, "DCGM_FI_PROF_SM_OCCUPANCY", "gauge", "The ratio of number of warps resident on an SM.", "d",
-          "ratio", "sm_occupancy", old_name="dcgm_fi_prof_sm_occupancy"),
+          "ratio", "sm_occupancy", old_name="dcgm_fi_prof_sm_occupancy",
+          name49="DCGM_FI_PROF_SM_OCCUPANCY_RATIO"),
     Field(1004, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor (HMMA) pipe is active.", "d",
-          "ratio", "tensor_active", old_name="dcgm_fi_prof_pipe_tensor_active"),
+          "ratio", "tensor_active", old_name="dcgm_fi_prof_pipe_tensor_active",
+          name49="DCGM_FI_PROF_TENSOR_UTIL_RATIO"),
     Field(1005, "DCGM_FI_PROF_DRAM_ACTIVE", "gauge",
           "Ratio of cycles the device memory interface is active sending or receiving data.", "d", "ratio",
-          "dram_active", old_name="dcgm_fi_prof_dram_active"),
+          "dram_active", old_name="dcgm_fi_prof_dram_active", name49="DCGM_FI_PROF_DRAM_UTIL_RATIO"),
     Field(1009, "DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "The rate of data transmitted" + _PCIE, unit="B/s"),
     Field(1010, "DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "The rate of data received" + _PCIE, unit="B/s"),
     Field(1011, "DCGM_FI_PROF_NVLINK_TX_BYTES", "gauge",
@@ -102,6 +138,58 @@ FIELDS: tuple[Field, ...] = (
 BY_ID: dict[int, Field] = {f.id: f for f in FIELDS}
 BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
 SERIES: tuple[Field, ...] = tuple(f for f in FIELDS if f.type is not None)
+
+
+GENERATIONS = ("1.x", "4.8", "4.9")
+
+
+@dataclass(frozen=True)
+class Name:
+    """One name ``field`` is served under by dcgm-exporter ``generation``, in that generation's ``unit``."""
+
+    name: str
+    field: Field
+    unit: str
+    generation: str
+
+    @property
+    def to_base(self) -> float:
+        return to_base(self.unit)
+
+    @property
+    def type(self) -> str | None:
+        """Prometheus type: 4.9's NVLink throughput is a rate (gauge) where 4.8 typed it counter."""
+        return "gauge" if self.unit == "B/s" and self.field.type == "counter" else self.field.type
+
+    @property
+    def help(self) -> str:
+        """The HELP text, naming this generation's unit where the field's text names one."""
+        text = self.field.help
+        if self.unit != self.field.unit and self.field.unit and f"(in {self.field.unit})" in text:
+            return text.replace(f"(in {self.field.unit})", f"(in {self.unit})")
+        if self.unit != self.field.unit:
+            return f"{text.rstrip('.')} (in {self.unit})."
+        return text
+
+
+def _names() -> dict[str, Name]:
+    out: dict[str, Name] = {}
+    for f in FIELDS:
+        out[f.name] = Name(f.name, f, f.unit, "4.8")
+        if f.old_name:
+            out[f.old_name] = Name(f.old_name, f, f.unit, "1.x")
+        if f.name49:
+            out[f.name49] = Name(f.name49, f, f.unit49 or f.unit, "4.9")
+    return out
+
+
+NAMES: dict[str, Name] = _names()
+
+
+def served(generation: str) -> dict[str, Name]:
+    """The series names ``generation`` serves, each with its unit (4.9 serves unchanged 4.8 names too)."""
+    pick = {"1.x": lambda f: f.old_name, "4.8": lambda f: f.name, "4.9": lambda f: f.name49 or f.name}[generation]
+    return {pick(f): NAMES[pick(f)] for f in SERIES if pick(f)}
 
 
 def fid(name: str) -> int:

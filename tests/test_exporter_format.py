@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 import re
 
+import pandas as pd
 import pytest
 
 from gpuwatch.exporter import metrics
 from gpuwatch.exporter.collector import ExporterCollector
 from gpuwatch.exporter.exposition import format_value, render
 from gpuwatch.exporter.families import Options
+from gpuwatch.ingest import promfile
 from gpuwatch.sources import SourceOptions, dcgm
 from tests.conftest import FIXTURES
 
@@ -43,11 +45,12 @@ def fake_dcgm():
     return mods, _fake_state
 
 
-def scrape_fake_dcgm(fake_dcgm, scenario: str, *, hostname_label: str = "hostname", node: str = "gpu1-wl8sg") -> str:
+def scrape_fake_dcgm(fake_dcgm, scenario: str, *, hostname_label: str = "hostname", node: str = "gpu1-wl8sg",
+                     naming: str = "4.8") -> str:
     mods, state = fake_dcgm
     state.load(json.loads((FIXTURES / "dcgm" / scenario).read_text()))
     source = dcgm.open_source(SourceOptions(node=node), dcgm=mods, nvml=_NoNvml())
-    collector = ExporterCollector(source, options=Options(hostname_label=hostname_label))
+    collector = ExporterCollector(source, options=Options(hostname_label=hostname_label, naming=naming))
     return render(collector.collect()).decode()
 
 
@@ -65,6 +68,26 @@ def test_l40s_capture_lines_reproduced_verbatim(fake_dcgm):
     missing = [line for line in expected if line not in ours]
     assert len(expected) == 54  # 18 families x (HELP, TYPE, sample)
     assert not missing, "lines of the real dcgm-exporter capture we do not reproduce:\n" + "\n".join(missing)
+
+
+def test_49_naming_serves_base_units_under_the_new_names(fake_dcgm):
+    """The L40S capture served in dcgm-exporter 4.9's naming: values converted from the capture's
+    4.8 units by hand (210 MHz = 210e6 Hz, 5551899580 mJ = 5551899.58 J, 45459 MiB in bytes)."""
+    text = scrape_fake_dcgm(fake_dcgm, "l40s.json", naming="4.9")
+    values = {name: value for name, _, value in parse_lines(text)}
+    assert float(values["DCGM_FI_DEV_SM_CLOCK_HERTZ"]) == 210e6
+    assert float(values["DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL"]) == pytest.approx(5551899.58)
+    assert float(values["DCGM_FI_DEV_FB_FREE_BYTES"]) == 45459 * (1 << 20)
+    assert float(values["DCGM_FI_DEV_GPU_UTIL_RATIO"]) == 0.0 and "DCGM_FI_DEV_GPU_UTIL" not in values
+    assert float(values["DCGM_FI_DEV_BOARD_POWER_WATTS"]) == 35.686
+    assert 'DCGM_FI_SYSTEM_DRIVER_VERSION="595.58.03"' in text and "DCGM_FI_DRIVER_VERSION" not in text
+    assert "# HELP DCGM_FI_DEV_GPU_UTIL_RATIO GPU utilization (in ratio).\n" in text
+
+
+def test_both_namings_ingest_to_the_same_frames(fake_dcgm):
+    frames = [promfile.parse(scrape_fake_dcgm(fake_dcgm, "l40s.json", naming=n), at=0.0) for n in ("4.8", "4.9")]
+    for name in ("samples", "devices"):
+        pd.testing.assert_frame_equal(frames[0][name], frames[1][name], rtol=1e-12)
 
 
 def test_not_supported_sentinels_never_exported(fake_dcgm):

@@ -4,7 +4,9 @@ The TSDB is backfilled with ``promtool tsdb create-blocks-from openmetrics`` fro
 here for a small deterministic fleet (gpuwatch.fleet, seed 2, 3 nodes, 4 h of 1-minute data):
 - gpu-node-000 and gpu-node-002 (MIG): exactly what ``gpuwatch export --source simulate`` serves
   (gpuwatch.exporter.collector.families_at, rendered by the exporter's own OpenMetrics writer):
-  DCGM names, lower-case ``hostname``, pod labels, gpuwatch_* series;
+  DCGM names, lower-case ``hostname``, pod labels, gpuwatch_* series; gpu-node-002 in dcgm-exporter
+  4.9's naming and units (``DCGM_FI_DEV_GPU_UTIL_RATIO`` as a ratio, ``*_BYTES`` in bytes), as a
+  cluster part-way through an upgrade serves it;
 - gpu-node-001: dcgm-exporter <= 4.5.3 scraped with ``honorLabels: false`` — ``Hostname``,
   ``exported_pod/namespace/container`` and the exporter pod's own target labels, no gpuwatch_*;
 - kube-state-metrics series for every pod (gpuwatch.ingest.openmetrics.ksm_families).
@@ -36,6 +38,7 @@ pytestmark = pytest.mark.slow
 STEP = 60.0
 MIB = 1 << 20
 DCGM_STYLE_NODE = "gpu-node-001"
+NAMING_49_NODE = "gpu-node-002"
 TARGET = {"pod": "nvidia-dcgm-exporter-7xq2k", "namespace": "gpu-operator", "container": "nvidia-dcgm-exporter",
           "instance": "10.0.1.5:9400", "job": "nvidia-dcgm-exporter"}
 
@@ -82,11 +85,13 @@ def _exporter_families(fleet, grid):
         dcgm = node == DCGM_STYLE_NODE
         for t in grid:
             for family in families_at(fleet, float(t), node=node, timestamp=float(t),
-                                      options=Options(hostname_label="Hostname" if dcgm else "hostname")):
+                                      options=Options(hostname_label="Hostname" if dcgm else "hostname",
+                                                      naming="4.9" if node == NAMING_49_NODE else "4.8")):
                 if dcgm and not family.name.startswith("DCGM_"):
                     continue  # dcgm-exporter has no gpuwatch_* series
                 out = merged.setdefault(family.name, Metric(family.name, family.documentation, family.type))
-                out.samples.extend(Sample(s.name, _as_dcgm_exporter(s.labels) if dcgm else s.labels, s.value,
+                scrape = {"instance": f"{node}:9400", "job": "gpuwatch-exporter"}  # the target's labels
+                out.samples.extend(Sample(s.name, _as_dcgm_exporter(s.labels) if dcgm else s.labels | scrape, s.value,
                                           s.timestamp) for s in family.samples)
     return list(merged.values())
 
@@ -153,6 +158,21 @@ def test_both_label_generations_attribute_pods(fetched):
     util = samples["gpu_util"].dropna()
     assert util.between(0, 1).all() and util.max() > 0.9, "GPU_UTIL % must arrive as a 0-1 ratio"
     assert samples["fb_used_bytes"].max() > 1 << 30, "FB_USED MiB must arrive as bytes"
+
+
+def test_both_naming_generations_arrive_in_base_units(prom, window, fetched):
+    """gpu-node-002 served only 4.9 names (ratio, bytes), the others only 4.8 ones (%, MiB): the
+    readers convert each from its own generation's unit, so both land in the same ratio and bytes."""
+    names = set(prometheus.Client(prom.url).values("__name__", match='{__name__=~"DCGM_FI_.*"}',
+                                                    start=window[0], end=window[1]))
+    assert {"DCGM_FI_DEV_GPU_UTIL_RATIO", "DCGM_FI_DEV_FB_USED_BYTES", "DCGM_FI_DEV_BOARD_POWER_WATTS"} <= names
+    assert {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE"} <= names
+    samples = fetched["samples"]
+    for node in (NAMING_49_NODE, "gpu-node-000"):
+        mine = samples[samples["node"] == node]
+        assert mine["gpu_util"].dropna().between(0, 1).all() and mine["gpu_util"].max() > 0.5, node
+        assert mine["fb_used_bytes"].max() > 1 << 30, node
+        assert mine["power_watts"].notna().any(), node
 
 
 def test_devices_match_the_fleet(fleet, fetched):

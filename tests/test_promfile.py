@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from gpuwatch import fields
 from gpuwatch.ingest import promfile
 from tests.conftest import FIXTURES
 
@@ -160,3 +161,96 @@ def test_gpu_series_without_uuid_or_hostname_are_counted_and_reported(caplog):
     frames = promfile.parse(text, at=1794182400.0, source="m.prom")
     assert frames["samples"]["gpu_uuid"].tolist() == ["GPU-a"]
     assert any("2 GPU series without a GPU UUID or a hostname/node label" in n for n in frames["samples"].attrs["notes"])
+
+
+# --- dcgm-exporter naming generations (gpuwatch/fields.py) -------------------------------------
+
+_PAGE_49 = """\
+# HELP DCGM_FI_DEV_GPU_UTIL_RATIO GPU utilization (in ratio).
+# TYPE DCGM_FI_DEV_GPU_UTIL_RATIO gauge
+DCGM_FI_DEV_GPU_UTIL_RATIO{gpu="0",UUID="GPU-1",hostname="n1",DCGM_FI_SYSTEM_DRIVER_VERSION="595.58.03",pod="p",namespace="ns",container="c"} 0.37
+# HELP DCGM_FI_DEV_FB_USED_BYTES Framebuffer memory used (in B).
+# TYPE DCGM_FI_DEV_FB_USED_BYTES gauge
+DCGM_FI_DEV_FB_USED_BYTES{gpu="0",UUID="GPU-1",hostname="n1",pod="p",namespace="ns",container="c"} 1073741824
+# TYPE DCGM_FI_DEV_FB_FREE_BYTES gauge
+DCGM_FI_DEV_FB_FREE_BYTES{gpu="0",UUID="GPU-1",hostname="n1",pod="p",namespace="ns",container="c"} 3221225472
+DCGM_FI_DEV_BOARD_POWER_WATTS{gpu="0",UUID="GPU-1",hostname="n1",pod="p",namespace="ns",container="c"} 250.5
+DCGM_FI_PROF_SM_UTIL_RATIO{gpu="0",UUID="GPU-1",hostname="n1",pod="p",namespace="ns",container="c"} 0.25
+DCGM_FI_PROF_TENSOR_UTIL_RATIO{gpu="0",UUID="GPU-1",hostname="n1",pod="p",namespace="ns",container="c"} 0.125
+"""
+
+
+def test_a_49_page_is_read_in_its_own_units():
+    """dcgm-exporter 4.9 (DCGM 4.7) serves ratios and bytes: nothing is divided by 100 or scaled by MiB.
+    Expected values are the page's own numbers, read by hand."""
+    frames = promfile.parse(_PAGE_49, at=AT.timestamp())
+    sample = _row(frames["samples"])
+    assert (sample.gpu_util, sample.fb_used_bytes, sample.power_watts) == (0.37, 1 << 30, 250.5)
+    assert (sample.sm_active, sample.tensor_active) == (0.25, 0.125)
+    assert (sample.pod, sample.namespace) == ("p", "ns")
+    assert _row(frames["devices"]).fb_total_bytes == 4 << 30  # used + free, both bytes
+    notes = frames["samples"].attrs["notes"]
+    assert not any("GPU_UTIL series" in n for n in notes)
+    assert any(n.startswith("no DCGM_FI_PROF_GR_ENGINE_ACTIVE series (nor ") and "GR_ENGINE_UTIL_RATIO" in n
+               for n in notes)
+
+
+def _in_generation(text: str, generation: str) -> str:
+    """A 4.8 page rewritten the way ``generation`` serves it: each field's name and HELP, the
+    value converted from the 4.8 unit to that generation's (1.x also renames the labels)."""
+    names = {n.field.name: n for n in fields.served(generation).values()}
+    out = []
+    for line in text.splitlines():
+        head = line.split(" ", 3)
+        name = head[2] if line.startswith("#") else line.split("{", 1)[0]
+        target = names.get(name)
+        if target is None:
+            continue  # a field this generation does not serve
+        if line.startswith("# HELP"):
+            out.append(f"# HELP {target.name} {target.help}")
+        elif line.startswith("# TYPE"):
+            out.append(f"# TYPE {target.name} {target.type}")
+        else:
+            series, value = line.rsplit(" ", 1)
+            converted = float(value) * target.field.to_base / target.to_base
+            series = target.name + series[len(name):]
+            if generation == "1.x":
+                series = series.replace("UUID=", "uuid=")
+            out.append(f"{series} {converted!r}")
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("generation", ["1.x", "4.9"])
+def test_every_generation_of_the_same_page_gives_the_same_frames(generation):
+    """The real L40S capture, renamed and re-united as dcgm-exporter 1.x / 4.9 would serve it (derived
+    here, not captured), loads to the frames of the original, field by field."""
+    text = (HERE / "l40s-dcgm-exporter-4x-Hostname.prom").read_text()
+    base = promfile.parse(text, at=AT.timestamp())
+    other = promfile.parse(_in_generation(text, generation), at=AT.timestamp())
+    served = {n.field.column for n in fields.served(generation).values()}
+    columns = [c for c in base["samples"].columns if c in served]
+    assert columns, generation
+    pd.testing.assert_frame_equal(base["samples"][columns], other["samples"][columns], rtol=1e-12)
+    if generation == "4.9":  # FB_USED + FREE + RESERVED in bytes equals the MiB sum x 2**20
+        pd.testing.assert_frame_equal(base["devices"], other["devices"])
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('# HELP DCGM_FI_DEV_GPU_UTIL_RATIO GPU utilization (in %).\n# TYPE DCGM_FI_DEV_GPU_UTIL_RATIO gauge\n'
+     'DCGM_FI_DEV_GPU_UTIL_RATIO{gpu="0",UUID="GPU-1",hostname="n1"} 37\n', "in '%', expected 'ratio'"),
+    ('# HELP DCGM_FI_DEV_FB_USED_BYTES Framebuffer memory used (in MiB).\n# TYPE DCGM_FI_DEV_FB_USED_BYTES gauge\n'
+     'DCGM_FI_DEV_FB_USED_BYTES{gpu="0",UUID="GPU-1",hostname="n1"} 5\n', "in 'MiB', expected 'B'"),
+    ('# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in ratio).\n# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n'
+     'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1",hostname="n1"} 0.37\n', "in 'ratio', expected '%'"),
+])
+def test_a_help_unit_other_than_the_generations_is_refused(text, message):
+    """A page whose HELP names a unit other than the one its names' generation declares (a 4.8-era
+    percentage under a 4.9 ``_RATIO`` name, say) is refused, never converted by a guess."""
+    with pytest.raises(promfile.PromFileError, match=message.replace("(", r"\(")):
+        promfile.parse(text, at=0)
+
+
+def test_help_units_may_be_spelled_out():
+    text = ('# HELP DCGM_FI_DEV_FB_USED_BYTES Framebuffer memory used (in bytes).\n'
+            'DCGM_FI_DEV_FB_USED_BYTES{gpu="0",UUID="GPU-1",hostname="n1"} 1024\n')
+    assert _row(promfile.parse(text, at=0)["samples"]).fb_used_bytes == 1024

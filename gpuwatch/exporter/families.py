@@ -10,10 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpuwatch import fields
 from gpuwatch.exporter.metrics import METRICS, OWN_METRICS, RAW_METRICS
 from gpuwatch.exporter.own import Scrape, device_values
 from gpuwatch.model import Allocation, Device
 from gpuwatch.sources import DeviceReading, Snapshot
+
+_DRIVER = {"4.8": fields.BY_NAME["DCGM_FI_DRIVER_VERSION"].name,
+           "4.9": fields.BY_NAME["DCGM_FI_DRIVER_VERSION"].name49}
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,7 @@ class Status:
 class Options:
     hostname_label: str = "hostname"
     profiling: bool = True
+    naming: str = "4.8"  # dcgm-exporter naming generation of the DCGM series: "4.8" or "4.9" (fields.py)
 
 
 def build(snapshot: Snapshot | None, attributed: Mapping[str, Sequence[Allocation]], status: Status, *,
@@ -54,12 +59,15 @@ def build(snapshot: Snapshot | None, attributed: Mapping[str, Sequence[Allocatio
     for spec in RAW_METRICS:
         if spec.profiling and not options.profiling:
             continue
-        samples, fid, name = out[spec.name].samples, spec.field_id, spec.name
+        served, factor = _served(spec, options.naming)
+        if served is not None:
+            out[spec.name] = Metric(served.name, served.help, served.type)
+        samples, fid, name = out[spec.name].samples, spec.field_id, out[spec.name].name
         for series in targets:
             for labels, values in series:
                 v = values.get(fid)
                 if v is not None and v == v:
-                    samples.append(Sample(name, labels, v, timestamp))
+                    samples.append(Sample(name, labels, v * factor if factor != 1.0 else v, timestamp))
     scrape = Scrape(readings, attributed, status)
     for spec in OWN_METRICS:
         for values, value in spec.samples(scrape):
@@ -67,23 +75,34 @@ def build(snapshot: Snapshot | None, attributed: Mapping[str, Sequence[Allocatio
     return list(out.values())
 
 
+def _served(spec, naming: str) -> tuple[fields.Name | None, float]:
+    """The name, HELP, type this generation serves ``spec`` under, and the factor from the source's
+    unit (the 4.8 one) to it; (None, 1.0) where it is the 4.8 declaration."""
+    name = next((n for n in fields.served(naming).values() if n.field.id == spec.field_id), None)
+    if name is None or name.name == spec.name:
+        return None, 1.0
+    return name, name.field.to_base / name.to_base
+
+
 def _labels(names: tuple[str, ...], values: Mapping[str, str | None], options: Options) -> dict[str, str]:
     """The family's labels in its declared order; absent ones dropped; hostname under its configured name."""
     return {(options.hostname_label if n == "hostname" else n): values[n] for n in names if values.get(n) is not None}
 
 
-def device_labels(device: Device, hostname_label: str = "hostname", driver: str | None = None) -> dict[str, str]:
-    """dcgm-exporter's labels for a device: the parent GPU's, then MIG, hostname, driver version."""
+def device_labels(device: Device, hostname_label: str = "hostname", driver: str | None = None,
+                  naming: str = "4.8") -> dict[str, str]:
+    """dcgm-exporter's labels for a device: the parent GPU's, then MIG, hostname, driver version
+    (under the driver field's name in that naming generation)."""
     labels = {(hostname_label if k == "hostname" else k): v for k, v in device_values(device).items() if v is not None}
     if driver:
-        labels["DCGM_FI_DRIVER_VERSION"] = driver
+        labels[_DRIVER[naming]] = driver
     return labels
 
 
 def _targets(reading: DeviceReading, allocations: Sequence[Allocation], options: Options,
              driver: str | None) -> list[tuple[dict, Mapping]]:
     """(labels, values) per series this device yields: itself, or each allocation holding it."""
-    base = device_labels(reading.device, options.hostname_label, driver)
+    base = device_labels(reading.device, options.hostname_label, driver, options.naming)
     if not allocations:
         return [(base, reading.values)]
     per_pod = _per_pod_values(reading)

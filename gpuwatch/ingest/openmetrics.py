@@ -2,8 +2,9 @@
 ``promframes``), for ``promtool tsdb create-blocks-from openmetrics``.
 
 Used to backfill a Prometheus with a bundle (bench/promql.py compares PromQL with the analyzer on
-the same data) and by tests. Units go back to dcgm-exporter's: ratio -> % for GPU_UTIL, bytes ->
-MiB for FB_USED/FB_FREE. Missing values (NaN) are not written, as dcgm-exporter skips blank fields.
+the same data) and by tests. Names and units go back to those of the dcgm-exporter ``generation``
+asked for (gpuwatch/fields.py): 4.8 ratio -> % for GPU_UTIL, bytes -> MiB for FB_USED/FB_FREE; 4.9
+keeps base units under its ``*_RATIO``/``*_BYTES`` names. Missing values (NaN) are not written, as dcgm-exporter skips blank fields.
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from gpuwatch.ingest.promframes import SAMPLE_FIELDS
-from gpuwatch.units import MIB
+from gpuwatch import fields
 
 # family name -> list of (labels, ts array, value array)
 Families = dict[str, list[tuple[dict, np.ndarray, np.ndarray]]]
@@ -27,9 +27,13 @@ def ksm_resource(resource: str) -> str:
     return _SANITISE.sub("_", resource)
 
 
-def sample_families(devices, samples, *, hostname_label: str = "hostname", exported: bool = False) -> Families:
-    """DCGM-named series of a bundle's samples (plus FB_FREE where the device's size is known)."""
+def sample_families(devices, samples, *, hostname_label: str = "hostname", exported: bool = False,
+                    generation: str = "4.8") -> Families:
+    """DCGM-named series of a bundle's samples (plus FB_FREE where the device's size is known), named
+    and in the units of dcgm-exporter ``generation``."""
     out: Families = {}
+    served = [n for n in fields.served(generation).values() if n.field.column]
+    free = next(n for n in fields.served(generation).values() if n.field.name == "DCGM_FI_DEV_FB_FREE")
     info = {(r.node, r.gpu_uuid, _gi(r.mig_gi_id)): r for r in devices.itertuples(index=False)}
     keys = ["node", "gpu_uuid", "mig_gi_id", "namespace", "pod", "container"]
     frame = samples.assign(mig_gi_id=samples["mig_gi_id"].map(_gi), t=_epoch(samples["ts"]))
@@ -37,11 +41,11 @@ def sample_families(devices, samples, *, hostname_label: str = "hostname", expor
         key = (*key[:2], _gi(key[2]), *key[3:])  # groupby hands MIG ids back as floats
         device = info.get(key[:3])
         labels = _device_labels(key, device, hostname_label) | _workload(key[3:], exported)
-        for name, (column, factor) in SAMPLE_FIELDS.items():
-            _add(out, name, labels, group["t"].to_numpy(), group[column].to_numpy(dtype=float) / factor)
+        for name in served:
+            _add(out, name.name, labels, group["t"].to_numpy(), group[name.field.column].to_numpy(dtype=float) / name.to_base)
         if device is not None and not _missing(device.fb_total_bytes):
-            free = (float(device.fb_total_bytes) - group["fb_used_bytes"].to_numpy(dtype=float)) / MIB
-            _add(out, "DCGM_FI_DEV_FB_FREE", labels, group["t"].to_numpy(), free)
+            left = float(device.fb_total_bytes) - group["fb_used_bytes"].to_numpy(dtype=float)
+            _add(out, free.name, labels, group["t"].to_numpy(), left / free.to_base)
     return out
 
 

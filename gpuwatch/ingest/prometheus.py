@@ -152,9 +152,9 @@ def read(client: Client, grid: list[tuple[float, float]], *, step: float, nodes_
     lo, hi = grid[0][0], grid[-1][1]
     names = set(client.values("__name__", match=f'{{__name__=~"{GPU_NAMES}|kube_pod_.*|kube_node_labels|kube_node_status_capacity"}}',
                               start=lo, end=hi))
-    fields = [n for n in names if promframes.canonical(n) in promframes.SAMPLE_FIELDS]
+    fields = [n for n in names if n in promframes.SAMPLE_FIELDS]
     fields += sorted({"gpuwatch_gpu_allocation_info"} & names)
-    device = sorted(n for n in names if promframes.canonical(n) in promframes.DEVICE_FIELDS)
+    device = sorted(n for n in names if n in promframes.DEVICE_FIELDS)
     shards = node_shards(client, lo, hi, per_query=nodes_per_query)
     plan = [(_avg(f"{n}{s}", step) if n.lower().startswith("dcgm") else _last(f"{n}{s}", step), n, g)
             for n in sorted(fields) for s in shards for g in grid]
@@ -166,12 +166,12 @@ def read(client: Client, grid: list[tuple[float, float]], *, step: float, nodes_
     last += [(_last(q, hi - lo + step), q.split("{")[0]) for q in SHARED_REPLICAS if q.split("{")[0] in names]
     out = []
     for done, (expr, name, (a, b)) in enumerate(plan, 1):
-        out += [promframes.Series(promframes.canonical(name), labels, ts, v)
+        out += [promframes.Series(name, labels, ts, v)
                 for labels, ts, v in client.query_range(expr, a, b, step)]
         if progress:
             progress(done, len(plan))
     for expr, name in last:
-        out += [promframes.Series(promframes.canonical(name), labels, ts, v) for labels, ts, v in client.query(expr, hi)]
+        out += [promframes.Series(name, labels, ts, v) for labels, ts, v in client.query(expr, hi)]
     targets = {(s.get("namespace"), s["pod"]) for s in client.series("up", start=lo, end=hi) if s.get("pod")}
     return out, promframes.Context(target_pods=frozenset(targets), window_end=hi, step=step)
 

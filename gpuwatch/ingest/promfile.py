@@ -5,7 +5,8 @@
 line has one, else ``at``, else the file's modification time. Units and labels are converted by
 ``promframes`` (GPU_UTIL % -> ratio, FB MiB -> bytes; ``Hostname``/``hostname``, ``exported_pod``…).
 Bad input is an error naming the file and line: a line the parser rejects, a duplicate series, or
-a HELP text whose unit differs from dcgm-exporter's (e.g. FB_USED "in MB" instead of "in MiB").
+a HELP text whose unit differs from the one that name's dcgm-exporter generation declares (e.g.
+FB_USED "in MB" instead of "in MiB", or a ``*_RATIO`` field whose HELP says "in %").
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def parse(text: str, *, at: float, source: str = "<text>") -> dict:
 
 
 def to_series(text: str, *, at: float, source: str = "<text>") -> list[promframes.Series]:
-    """Every sample of the page as a one-point ``Series`` (canonical metric names)."""
+    """Every sample of the page as a one-point ``Series`` (names as served)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
@@ -62,7 +63,7 @@ def to_series(text: str, *, at: float, source: str = "<text>") -> list[promframe
     for family in families:
         _check_unit(family, text, source)
         for sample in family.samples:
-            name = promframes.canonical(sample.name)
+            name = sample.name
             key = (name, tuple(sorted(sample.labels.items())), sample.timestamp)
             if key in seen:
                 line = _line_of(text, sample.name, sample.labels, nth=2)
@@ -74,12 +75,23 @@ def to_series(text: str, *, at: float, source: str = "<text>") -> list[promframe
 
 
 def _check_unit(family, text: str, source: str) -> None:
-    expected = promframes.HELP_UNITS.get(promframes.canonical(family.name))
+    expected = promframes.HELP_UNITS.get(family.name)
     match = _HELP_UNIT.search(family.documentation or "")
-    if expected and match and match[1].strip() != expected:
+    if expected and match and _unit(match[1]) != _unit(expected):
         line = next((i for i, ln in enumerate(text.splitlines(), 1) if ln.startswith(f"# HELP {family.name} ")), 0)
         raise PromFileError(f"{source}:{line}: {family.name} is in {match[1]!r}, expected {expected!r} "
                             "(dcgm-exporter's unit); refusing to guess a conversion")
+
+
+# Spellings of one unit in HELP texts; any other spelling is a unit of its own.
+_UNIT_SPELLINGS = {"bytes": "B", "byte": "B", "hertz": "Hz", "joules": "J", "joule": "J", "watts": "W",
+                   "watt": "W", "celsius": "C", "°c": "C", "percent": "%", "fraction": "ratio",
+                   "bytes/s": "B/s", "bytes per second": "B/s"}
+
+
+def _unit(text: str) -> str:
+    text = text.strip()
+    return _UNIT_SPELLINGS.get(text.lower(), text)
 
 
 def _bad_line(text: str) -> tuple[int, str]:

@@ -1,10 +1,11 @@
 """Prometheus series (dcgm-exporter, gpuwatch, kube-state-metrics names) -> bundle frames.
 
 Shared, pure core of ``ingest.prometheus`` (HTTP API) and ``ingest.promfile`` (saved /metrics):
-both turn what they read into ``Series`` and call ``build``. Conversions to base units happen here
-and only here, from the unit the field table (gpuwatch/fields.py) says each field is served in:
-GPU_UTIL % -> ratio, FB_* MiB -> bytes; power (W), profiling ratios and NVLink bytes/s are already
-base units. NaN/±Inf values are
+both turn what they read into ``Series`` (keeping the name as served) and call ``build``.
+Conversions to base units happen here and only here, from the unit the field table
+(gpuwatch/fields.py) says the *name* is served in: every dcgm-exporter naming generation is read
+(1.x ``dcgm_*``, 2.x-4.8 ``DCGM_FI_*`` in %/MiB, 4.9 ``*_RATIO``/``*_BYTES`` in base units), each
+converted from its own generation's unit, never from the values. NaN/±Inf values are
 missing, never 0. Every label generation of dcgm-exporter is accepted: ``hostname`` (main after
 #655) or ``Hostname`` (releases <= 4.5.3-4.8.2), ``UUID`` or ``uuid`` (``--use-old-namespace``),
 ``pod``/``namespace``/``container`` or ``exported_*`` (Prometheus ``honorLabels: false``, which
@@ -33,23 +34,24 @@ from gpuwatch.ingest.series import (
 from gpuwatch.model import BUNDLE_COLUMNS
 
 log = logging.getLogger(__name__)
-# Canonical metric name -> (samples column, factor to the base unit), from the field table.
-SAMPLE_FIELDS: dict[str, tuple[str, float]] = {f.name: (f.column, f.to_base) for f in fields.SERIES if f.column}
-# Series that only describe devices (capacity, MIG layout): name -> factor to base units.
-DEVICE_FIELDS: dict[str, float] = {f.name: f.to_base for f in fields.SERIES if f.device_column} | {
+# Every served name of a samples field (all generations) -> (samples column, factor from that
+# generation's unit to the base unit), from the field table.
+SAMPLE_FIELDS: dict[str, tuple[str, float]] = {
+    n.name: (n.field.column, n.to_base) for n in fields.NAMES.values() if n.field.column and n.field.type}
+# Series that only describe devices (capacity, MIG layout): served name -> factor to base units.
+DEVICE_FIELDS: dict[str, float] = {
+    n.name: n.to_base for n in fields.NAMES.values() if n.field.device_column and n.field.type} | {
     "gpuwatch_gpu_memory_total_bytes": 1.0, "gpuwatch_mig_instance_info": 1.0}
-# dcgm-exporter ``-o/--use-old-namespace`` (etc/1.x-compatibility-metrics.csv) names.
-OLD_NAMES: dict[str, str] = {f.old_name: f.name for f in fields.FIELDS if f.old_name}
-# The unit dcgm-exporter's HELP text names ("... (in MiB)."), checked where a HELP is present: a
-# series whose HELP names another unit is refused rather than converted by a guess.
-HELP_UNITS: dict[str, str] = {f.name: f.unit for f in fields.SERIES
-                              if (f.column or f.device_column) and f"(in {f.unit})" in f.help}
+# The unit each served name is declared in; where a page carries a HELP text naming a unit
+# ("... (in MiB)."), a different unit is refused rather than converted by a guess.
+HELP_UNITS: dict[str, str] = {name: fields.NAMES[name].unit for name in SAMPLE_FIELDS | DEVICE_FIELDS
+                              if name in fields.NAMES and fields.NAMES[name].unit}
 SAMPLE_KEY = ("node", "gpu_uuid", "mig_gi_id", "namespace", "pod", "container")
 
 
-def canonical(name: str) -> str:
-    """dcgm-exporter's current name for an old-namespace metric name (others unchanged)."""
-    return OLD_NAMES.get(name, name)
+def field_key(name: str) -> str:
+    """The field a served name stands for, by its 2.x-4.8 name (gpuwatch's own names unchanged)."""
+    return fields.NAMES[name].field.name if name in fields.NAMES else name
 
 
 def build(series: Iterable[Series], ctx: Context | None = None) -> dict:
@@ -65,12 +67,27 @@ def build(series: Iterable[Series], ctx: Context | None = None) -> dict:
     if unplaced:
         ctx.notes.append(f"{unplaced} GPU series without a GPU UUID or a hostname/node label were not loaded "
                          "(no device to attach them to)")
-    for name in sorted(set(SAMPLE_FIELDS) - {s.name for s in series}):
-        ctx.notes.append(f"no {name} series: {SAMPLE_FIELDS[name][0]} is unknown (NULL)")
+    ctx.notes += _missing_notes({s.name for s in series})
     for note in ctx.notes:
         log.warning(note)
     samples.attrs["notes"] = list(ctx.notes)
     return {"devices": devices, "samples": _to_datetime(samples, "ts"), "pods": pods}
+
+
+def _missing_notes(names: set[str]) -> list[str]:
+    """One note per samples column no generation's series fed, naming every name it accepts."""
+    seen = {SAMPLE_FIELDS[n][0] for n in names if n in SAMPLE_FIELDS}
+    out = []
+    for f in fields.SERIES:
+        if f.column and f.column not in seen:
+            others = [n for n, (column, _) in SAMPLE_FIELDS.items() if column == f.column and n != f.name]
+            out.append(f"no {f.name} series (nor {', '.join(others)}): {f.column} is unknown (NULL)")
+    return out
+
+
+def _factor(name: str) -> float:
+    """Factor from the unit ``name`` is served in to the base unit."""
+    return fields.NAMES[name].to_base if name in fields.NAMES else 1.0
 
 
 def _identity_missing(labels) -> bool:
@@ -91,7 +108,7 @@ def samples_frame(series: list[Series], ctx: Context):
         ok = np.isfinite(s.values)
         k = keys.setdefault(device + workload_of(s.labels, ctx.target_pods), len(keys))
         parts.append((np.full(ok.sum(), k), s.ts[ok], column, s.values[ok] * factor))
-    metrics = [SAMPLE_FIELDS[n][0] for n in SAMPLE_FIELDS]
+    metrics = [f.column for f in fields.SERIES if f.column]
     if not parts:
         return pd.DataFrame(columns=list(BUNDLE_COLUMNS["samples"]))
     long = pd.DataFrame({"k": np.concatenate([p[0] for p in parts]), "ts": np.concatenate([p[1] for p in parts]),
@@ -118,7 +135,7 @@ def devices_frame(series: list[Series], notes: list[str]):
               mig_profile=first(s.labels, "GPU_I_PROFILE"))
         ok = np.isfinite(s.values)
         if ok.any():
-            row[s.name] = float(s.values[ok][np.argmax(s.ts[ok])])
+            row[field_key(s.name)] = float(s.values[ok][np.argmax(s.ts[ok])]) * _factor(s.name)
         if s.name == "gpuwatch_mig_instance_info":
             _fill(row, mig_profile_id=first(s.labels, "profile_id"),
                   mig_placement_start=first(s.labels, "placement_start"),
@@ -151,11 +168,11 @@ def _fill(row: dict, **values: str | None) -> None:
 
 
 def _capacity(row: dict) -> dict:
-    """fb_total_bytes: gpuwatch's own gauge, else dcgm-exporter's used + free (+ reserved), MiB."""
+    """fb_total_bytes: gpuwatch's own gauge, else dcgm-exporter's used + free (+ reserved), in bytes
+    (each already converted from its generation's unit)."""
     total = row.get("gpuwatch_gpu_memory_total_bytes")
     if total is None and "DCGM_FI_DEV_FB_USED" in row and "DCGM_FI_DEV_FB_FREE" in row:
-        mib = row["DCGM_FI_DEV_FB_USED"] + row["DCGM_FI_DEV_FB_FREE"] + row.get("DCGM_FI_DEV_FB_RESERVED", 0.0)
-        total = mib * fields.BY_NAME["DCGM_FI_DEV_FB_USED"].to_base
+        total = row["DCGM_FI_DEV_FB_USED"] + row["DCGM_FI_DEV_FB_FREE"] + row.get("DCGM_FI_DEV_FB_RESERVED", 0.0)
     return {c: row.get(c) for c in BUNDLE_COLUMNS["devices"]} | {"fb_total_bytes": None if total is None else round(total)}
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Series:
-    """One time series: canonical metric name, its labels, epoch-second timestamps and values."""
+    """One time series: the metric name as served, its labels, epoch-second timestamps and values."""
 
     name: str
     labels: Mapping[str, str]
