@@ -25,20 +25,25 @@ PAGES = (
     ("recommendations.py", "Recommendations", ":material/savings:"),
     ("reclaim_audit.py", "Reclaim audit", ":material/history:"),
 )
+FLEET_WIDE = ("fleet.py", "mig.py")  # whole-fleet pages: not part of a team view
 
 
 def main() -> None:
     st.set_page_config(page_title="gpuwatch", page_icon=":material/memory:", layout="wide")
-    pages = [st.Page(VIEWS / file, title=title, icon=icon, default=i == 0)
-             for i, (file, title, icon) in enumerate(PAGES)]
+    allowed = ui.scope(headers=st.context.headers)
+    shown = [p for p in PAGES if allowed is None or p[0] not in FLEET_WIDE]
+    pages = [st.Page(VIEWS / file, title=title, icon=icon, default=i == 0) for i, (file, title, icon) in enumerate(shown)]
     page = st.navigation(pages)
     st.sidebar.title("gpuwatch")
+    if allowed == ():  # a team view, and this request names no team: show nothing rather than everything
+        st.error("This is a team view and your request names no team (ask your administrator for a team group).")
+        st.stop()
     path = ui.db_path()
     opened = ui.open_db(path)
     if opened is None:
         st.stop()
     mtime, coverage = opened
-    st.session_state["gw_context"] = ui.sidebar(path, mtime, coverage)
+    st.session_state["gw_context"] = ui.sidebar(path, mtime, coverage, allowed)
     page.run()
 
 

@@ -24,6 +24,7 @@ import gpuwatch.units as units
 from gpuwatch.findings import csvfile, findings
 
 DB_ENV = "GPUWATCH_DB"
+TEAMS_ENV = "GPUWATCH_APP_TEAMS"  # comma-separated: the same as --team, for tests and containers
 
 
 @dataclass(frozen=True)
@@ -35,14 +36,36 @@ class Context:
     start: dt.datetime
     end: dt.datetime
     teams: tuple[str, ...]
+    scope: tuple[str, ...] | None = None  # a team view: only these teams exist for this session
+
+
+def _args(argv: list[str] | None):
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--db", default=os.environ.get(DB_ENV, ""))
+    parser.add_argument("--team", action="append", default=None)
+    parser.add_argument("--teams-header", default=None)
+    args, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    return args
 
 
 def db_path(argv: list[str] | None = None) -> str:
     """``--db FILE`` after ``streamlit run ... --``, else $GPUWATCH_DB (AppTest), else ''."""
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--db", default=os.environ.get(DB_ENV, ""))
-    args, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
-    return args.db
+    return _args(argv).db
+
+
+def scope(argv: list[str] | None = None, headers=None) -> tuple[str, ...] | None:
+    """The teams this session may see; None = the whole fleet.
+
+    ``--team`` (repeatable, or $GPUWATCH_APP_TEAMS) fixes them for the server. ``--teams-header H``
+    reads them per request from header H, comma-separated, as a proxy in front of the app sets it
+    (oauth2-proxy's ``X-Forwarded-Groups``); a request without the header sees no team at all.
+    """
+    args = _args(argv)
+    if args.teams_header:
+        value = (headers or {}).get(args.teams_header) or ""
+        return tuple(sorted({t.strip() for t in value.split(",") if t.strip()}))
+    fixed = args.team or [t for t in os.environ.get(TEAMS_ENV, "").split(",") if t.strip()]
+    return tuple(sorted({t.strip() for t in fixed})) if fixed else None
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
@@ -113,7 +136,7 @@ def open_db(path: str) -> tuple[float, pd.DataFrame] | None:
     return mtime, coverage
 
 
-def sidebar(path: str, mtime: float, coverage: pd.DataFrame) -> Context:
+def sidebar(path: str, mtime: float, coverage: pd.DataFrame, allowed: tuple[str, ...] | None = None) -> Context:
     """The global time-range and team filters; their state survives page switches."""
     first = pd.Timestamp(coverage.at[0, "first_ts"]).to_pydatetime()
     last = pd.Timestamp(coverage.at[0, "last_ts"]).to_pydatetime()
@@ -124,8 +147,14 @@ def sidebar(path: str, mtime: float, coverage: pd.DataFrame) -> Context:
     start = dt.datetime.combine(lo, dt.time())
     end = dt.datetime.combine(hi, dt.time()) + dt.timedelta(days=1)
     team_names = sorted(_analysis(path, mtime, "teams", ())["team"].dropna().unique())
-    teams = st.sidebar.multiselect("Teams", team_names, key="gw_teams", placeholder="All teams")
-    return Context(db=path, mtime=mtime, start=start, end=end, teams=tuple(teams))
+    if allowed is not None:  # a team view: the other teams are not offered, and "none picked" = all of these
+        team_names = [t for t in team_names if t in allowed]
+    teams = st.sidebar.multiselect("Teams", team_names, key="gw_teams",
+                                   placeholder="All teams" if allowed is None else "All my teams")
+    if allowed is not None:
+        teams = teams or list(allowed)
+        st.sidebar.caption(f"Team view: {len(allowed)} team(s); fleet-wide pages are not shown.")
+    return Context(db=path, mtime=mtime, start=start, end=end, teams=tuple(teams), scope=allowed)
 
 
 def current() -> Context:

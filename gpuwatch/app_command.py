@@ -24,6 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", default="8501", help="port to serve on (default: %(default)s)")
     parser.add_argument("--address", default="127.0.0.1",
                         help="address to bind (default: %(default)s; use 0.0.0.0 inside a container)")
+    parser.add_argument("--team", action="append", default=[], metavar="TEAM",
+                        help="a team view: only this team's rows and pages (repeatable); fleet-wide pages hidden")
+    parser.add_argument("--teams-header", default=None, metavar="HEADER",
+                        help="a team view per request: the teams are the comma-separated values of this request "
+                             "header, set by a proxy in front (oauth2-proxy: X-Forwarded-Groups); needs a loopback "
+                             "--address, so only the proxy can set it")
 
 
 def command(args: argparse.Namespace, *, script: Path = APP_SCRIPT, python: str = sys.executable) -> list[str]:
@@ -38,12 +44,27 @@ def command(args: argparse.Namespace, *, script: Path = APP_SCRIPT, python: str 
         "--global.developmentMode", "false",
         "--client.toolbarMode", "viewer",
         "--", "--db", os.path.abspath(args.db),
+        *[f"--team={team}" for team in getattr(args, "team", None) or ()],
+        *([f"--teams-header={args.teams_header}"] if getattr(args, "teams_header", None) else []),
     ]
+
+
+def _check_team_flags(args: argparse.Namespace) -> None:
+    """A team header is only trustworthy when nothing but the proxy beside the app can reach it."""
+    if args.team and args.teams_header:
+        raise units.UsageError("--team and --teams-header: pick one way to scope the app to teams")
+    if any(not t.strip() or "," in t for t in args.team):
+        raise units.UsageError(f"--team {next(t for t in args.team if not t.strip() or ',' in t)!r}: "
+                               "one team name per flag")
+    if args.teams_header and args.address not in ("127.0.0.1", "::1", "localhost"):
+        raise units.UsageError(f"--teams-header needs --address 127.0.0.1 (got {args.address!r}): a header is "
+                               "only trusted when only the proxy in front of the app can reach it")
 
 
 def run(args: argparse.Namespace) -> int:
     """Replace this process with the Streamlit server (signals then reach Streamlit directly)."""
     args.port = units.parse_port(args.port, what="--port")
+    _check_team_flags(args)
     if not APP_SCRIPT.is_file():
         print(f"gpuwatch app: the app is not installed ({APP_SCRIPT} missing); run from a source checkout",
               file=sys.stderr)

@@ -9,6 +9,7 @@ script tag and a namespace full of SQL metacharacters come out as plain text. No
 from __future__ import annotations
 
 import datetime as dt
+import os
 
 import pytest
 
@@ -259,3 +260,66 @@ def test_app_command_refuses_a_missing_db(tmp_path, capsys):
 
     assert cli.main(["app", "--db", str(tmp_path / "nope.duckdb")]) == 2
     assert "no database at" in capsys.readouterr().err
+
+
+# --- the team view (`gpuwatch app --team T`, or per request from a proxy's header) -----------------
+
+def test_a_team_view_shows_only_that_teams_rows_and_pages(sample_db, window, monkeypatch):
+    from gpuwatch import analyses
+
+    con, params = window
+    hoarders = analyses.run(con, "idle_hoarding", **params).query("hoarder")
+    team = hoarders.groupby("team")["idle_cost_usd"].sum().idxmax()
+    monkeypatch.setenv("GPUWATCH_APP_TEAMS", team)
+    monkeypatch.setenv("GPUWATCH_DB", str(sample_db))
+    at = AppTest.from_file(SCRIPT, default_timeout=120)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.title[0].value == "Idle hoarding"  # Fleet is fleet-wide: not the first page of a team view
+    assert at.sidebar.multiselect(key="gw_teams").options == [team]
+    assert set(at.dataframe[0].value["team"]) == {team}
+    assert metric(at, "Idle cost") == money(hoarders.loc[hoarders["team"] == team, "idle_cost_usd"].sum())
+    at.switch_page("views/chargeback.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    labels = [m.label for m in at.metric]
+    assert "Fleet cost" not in labels and "Unallocated" not in labels
+    assert set(at.dataframe[0].value["team"]) == {team}
+    assert all(b.label != "Download chargeback.csv (all rows, as in the weekly report)" for b in at.get("download_button"))
+
+
+def test_a_team_view_from_a_proxy_header_fails_closed():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "app"))
+    import ui
+
+    argv = ["--db", "x.duckdb", "--teams-header", "X-Forwarded-Groups"]
+    assert ui.scope(argv, {"X-Forwarded-Groups": "nlp, vision,nlp"}) == ("nlp", "vision")
+    assert ui.scope(argv, {}) == ()  # no header: no team, never the whole fleet
+    assert ui.scope(argv, {"X-Forwarded-Groups": " , "}) == ()
+    assert ui.scope(["--db", "x", "--team", "b", "--team", "a"]) == ("a", "b")
+    assert ui.scope(["--db", "x"]) is None
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--teams-header", "X-Forwarded-Groups", "--address", "0.0.0.0"], "--teams-header needs --address 127.0.0.1"),
+    (["--team", "a", "--teams-header", "X-Forwarded-Groups"], "pick one"),
+    (["--team", "a,b"], "one team name per flag"),
+])
+def test_app_team_flags_are_checked(tmp_path, capsys, flags, message):
+    from gpuwatch import cli
+
+    db = support.load_sample(tmp_path / "s.duckdb")
+    assert cli.main(["app", "--db", str(db), *flags]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_app_command_passes_the_team_view_on():
+    import argparse
+
+    from gpuwatch import app_command
+
+    argv = app_command.command(argparse.Namespace(db="x.duckdb", port=8600, address="127.0.0.1", team=["a", "b"],
+                                                  teams_header=None))
+    assert argv[argv.index("--") + 1:] == ["--db", os.path.abspath("x.duckdb"), "--team=a", "--team=b"]

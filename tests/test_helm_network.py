@@ -106,3 +106,20 @@ def test_oauth2_proxy_fronts_the_app():
 def test_oauth2_proxy_without_a_secret_is_refused_naming_the_key():
     with pytest.raises(helm().HelmValuesError, match=re.escape("/app/oauth2Proxy/existingSecret")):
         render({"app": {"oauth2Proxy": {"enabled": True}}})
+
+
+def test_a_team_view_from_values_or_from_the_proxys_groups():
+    """app.teams pins the app to teams; teamsFromGroups lets oauth2-proxy's X-Forwarded-Groups decide per user,
+    which the chart allows only behind the proxy (the app on 127.0.0.1, so nothing else can set the header)."""
+    app = container(pod_spec(find(render({"app": {"teams": ["nlp", "vision"]}}), "Deployment", "app")), "app")
+    assert app["args"][-2:] == ["--team=nlp", "--team=vision"]
+    spec = pod_spec(find(render({"app": {"oauth2Proxy": {**PROXY["app"]["oauth2Proxy"], "teamsFromGroups": True}}}),
+                         "Deployment", "app"))
+    app, proxy = container(spec, "app"), container(spec, "oauth2-proxy")
+    assert "--teams-header=X-Forwarded-Groups" in app["args"]
+    assert app["args"][app["args"].index("--address") + 1] == "127.0.0.1"
+    assert "--pass-user-headers=true" in proxy["args"]
+    with pytest.raises(helm().HelmRenderError, match="teamsFromGroups needs app.oauth2Proxy.enabled"):
+        render({"app": {"oauth2Proxy": {"teamsFromGroups": True}}})
+    with pytest.raises(helm().HelmValuesError, match="/app/teams"):
+        render({"app": {"teams": ["a,b"]}})

@@ -26,11 +26,13 @@ PARTS = {"productive_usd": "productive", "false_util_usd": "false-util", "idle_u
 COLORS = ["#2e7d32", "#8e24aa", "#f9a825", "#90a4ae"]
 
 cols = st.columns(5)
-cols[0].metric("Fleet cost", ui.money(frame["fleet_cost_usd"].iloc[0]))
+if ctx.scope is None:
+    cols[0].metric("Fleet cost", ui.money(frame["fleet_cost_usd"].iloc[0]))
 cols[1].metric("Teams' cost" if not ctx.teams else "Selected teams' cost", ui.money(teams["cost_usd"].sum()))
 cols[2].metric("Idle + false-util", ui.money(teams["idle_usd"].sum() + teams["false_util_usd"].sum()))
-for col, kind, label in ((cols[3], "unallocated", "Unallocated"), (cols[4], "stranded", "Stranded MIG")):
-    col.metric(label, ui.money(fleet_parts.loc[fleet_parts["kind"] == kind, "cost_usd"].sum()))
+if ctx.scope is None:
+    for col, kind, label in ((cols[3], "unallocated", "Unallocated"), (cols[4], "stranded", "Stranded MIG")):
+        col.metric(label, ui.money(fleet_parts.loc[fleet_parts["kind"] == kind, "cost_usd"].sum()))
 
 
 def stacked(by: str, title: str) -> alt.Chart:
@@ -51,6 +53,10 @@ if not teams.empty:
         # explicit element height: Streamlit's default ("content") squeezes nominal-axis charts
         st.altair_chart(stacked(by, title), width="stretch", height=26 * teams[by].nunique() + 90)
 ui.table(teams, "chargeback_teams", empty="No team allocated a GPU in this window.")
+if ctx.scope is not None:  # a team view: the team's rows only
+    st.download_button("Download chargeback.csv (your teams' rows)", ui.csvfile.to_csv(teams).encode(),
+                       file_name="chargeback.csv", mime="text/csv", key="csv_chargeback_my_teams")
+    st.stop()
 st.subheader("Fleet: unallocated and stranded")
 ui.table(fleet_parts[["kind", "team", "cost_usd", "share_of_fleet"]], "chargeback_fleet",
          empty="Nothing unallocated or stranded.")
