@@ -119,7 +119,7 @@ def test_a_team_view_from_values_or_from_the_proxys_groups():
     assert "--teams-header=X-Forwarded-Groups" in app["args"]
     assert app["args"][app["args"].index("--address") + 1] == "127.0.0.1"
     assert "--pass-user-headers=true" in proxy["args"]
-    with pytest.raises(helm().HelmRenderError, match="teamsFromGroups needs app.oauth2Proxy.enabled"):
+    with pytest.raises(helm().HelmRenderError, match=re.escape("teamsFromGroups needs app.oauth2Proxy.enabled")):
         render({"app": {"oauth2Proxy": {"teamsFromGroups": True}}})
     with pytest.raises(helm().HelmValuesError, match="/app/teams"):
         render({"app": {"teams": ["a,b"]}})
