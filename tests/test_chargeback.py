@@ -6,6 +6,7 @@ unlabeled pods (hypothesis), on sample_data, and on the real Alibaba DLRM alloca
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -127,3 +128,31 @@ def test_dlrm_allocation_trace_reconciles(shared_data):
     assert (charge.loc[charge["kind"] == "team", "unobserved_usd"] == charge.loc[charge["kind"] == "team", "cost_usd"]).all()
     assert charge.loc[charge["kind"] == "unallocated", "cost_usd"].iloc[0] >= 0
     con.close()
+
+
+def test_pods_claiming_one_gpu_at_once_share_it_and_the_excess_is_reported():
+    """Regression (found by the property test above): two pods listing the same whole GPU for the
+    same day, and two 3g pods on a GPU with one 3g instance, were each charged in full, so the teams'
+    cost exceeded the fleet's and `unallocated` went negative. Now each over-claimed GPU's cost is
+    split pro rata and the excess is an over_allocated row: here 24 GPU-hours on each GPU."""
+    devices = [{"node": "n0", "gpu_uuid": "GPU-0", "gpu_model": MODELS[0]},
+               {"node": "n0", "gpu_uuid": "GPU-1", "gpu_model": MODELS[0]},
+               {"node": "n0", "gpu_uuid": "GPU-1", "gpu_model": MODELS[0], "mig_gi_id": 1, "mig_profile": "3g.40gb",
+                "mig_profile_id": 9, "mig_placement_start": 0, "mig_placement_size": 4}]
+    day = pd.Timedelta(days=1)
+    pods = [{"namespace": "ns", "pod": f"p{i}", "node": "n0", "team": "a", "start_ts": T0, "end_ts": T0 + day,
+             "gpu_resource": resource, "gpu_count": 1.0, "device_ids": gpu}
+            for i, (resource, gpu) in enumerate([("nvidia.com/gpu", "GPU-0"), ("nvidia.com/gpu", "GPU-0"),
+                                                  ("nvidia.com/mig-3g.40gb", "GPU-1"), ("nvidia.com/mig-3g.40gb", "GPU-1")])]
+    con = store.connect(None)
+    store.load(con, {"devices": pd.DataFrame(devices), "pods": pd.DataFrame(pods),
+                     "prices": pd.DataFrame([{"gpu_model": MODELS[0], "usd_per_gpu_hour": 7.0}])}, source="overlap")
+    charge = analyses.run(con, "chargeback", **params(T0, T0 + day))
+    con.close()
+    _check_reconciles(charge)
+    teams = charge[charge["kind"] == "team"]
+    # GPU-0: 24 h x $7 once, not twice; GPU-1's 3g instance: 24 h x 3/7 x $7 once
+    assert teams["cost_usd"].sum() == (24 * 7 + 24 * 3)
+    over = charge[charge["kind"] == "over_allocated"]
+    assert over["gpu_hours"].sum() == pytest.approx(24 + 24 * 3 / 7)
+    assert charge.loc[charge["kind"] == "unallocated", "cost_usd"].iloc[0] >= 0

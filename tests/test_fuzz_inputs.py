@@ -173,8 +173,11 @@ def _chargeback_reconciles(con) -> None:
     assert charge[charge["kind"].isin(["unpriced", "unpriced_capacity"])]["cost_usd"].isna().all()
     devices = con.execute("SELECT count(DISTINCT (node, gpu_uuid)) FROM stg_devices").fetchall()[0][0]
     unpriced = charge[charge["kind"] == "unpriced_capacity"]["pods"].sum()
-    priced_gpus = con.execute("SELECT count(DISTINCT (d.node, d.gpu_uuid)) FROM stg_devices d "
-                              "JOIN stg_prices p ON p.model_key = model_key(d.gpu_model)").fetchall()[0][0]
+    # a GPU's model is its whole-GPU row's where it has one (README: MIG instances do not reprice it)
+    priced_gpus = con.execute(
+        "WITH g AS (SELECT node, gpu_uuid, coalesce(min(gpu_model) FILTER (WHERE mig_gi_id IS NULL), min(gpu_model)) "
+        "AS gpu_model FROM stg_devices GROUP BY ALL) "
+        "SELECT count(*) FROM g JOIN stg_prices p ON p.model_key = model_key(g.gpu_model)").fetchall()[0][0]
     assert priced_gpus + unpriced == devices  # every device is priced or reported unpriced
 
 

@@ -12,8 +12,10 @@
 -- every part to the cent with largest remainders so the parts sum exactly to the fleet cost.
 -- Never a wrong dollar: a pod on a GPU whose model has no price is an `unpriced` row (GPU-hours,
 -- no cost), not $0 inside its team; GPUs without a price are one `unpriced_capacity` row and are
--- outside the fleet cost; an allocation beyond the capacity it can hold was capped in staging and
--- its excess is an `over_allocated` row (a data problem, not a charge); an allocation with no end
+-- outside the fleet cost; an allocation beyond the capacity it can hold was capped in staging, and
+-- allocations that together claim more of one GPU (or of one MIG profile's instances on it) than it
+-- holds are scaled down pro rata for the over-claimed time; either excess is an `over_allocated`
+-- row (a data problem, not a charge); an allocation with no end
 -- whose node stopped reporting (no sample in the data's last 15 minutes) ends at its node's last sample.
 WITH classified AS (
     SELECT stream_id,
@@ -53,22 +55,77 @@ vanished AS (
     SELECT node, last_ts FROM node_last
     WHERE last_ts < (SELECT max(last_ts) FROM node_last) - INTERVAL 15 MINUTE
 ),
-allocated AS (
+window_part AS (
     -- the part of each allocation inside the window
-    SELECT p.namespace, p.pod, p.team, p.usd_per_hour, p.gpu_equivalents, p.over_gpus,
-           greatest(epoch(least(coalesce(p.end_ts, v.last_ts, $end::TIMESTAMP), $end::TIMESTAMP))
-                    - epoch(greatest(coalesce(p.start_ts, $start::TIMESTAMP), $start::TIMESTAMP)), 0) AS seconds
+    SELECT p.namespace, p.pod, p.team, p.usd_per_hour, p.gpu_equivalents, p.over_gpus, p.node, p.device_ids,
+           p.device_count, p.mig_profile, p.slice_share,
+           epoch(greatest(coalesce(p.start_ts, $start::TIMESTAMP), $start::TIMESTAMP)) AS lo,
+           epoch(least(coalesce(p.end_ts, v.last_ts, $end::TIMESTAMP), $end::TIMESTAMP)) AS hi
     FROM stg_pods p LEFT JOIN vanished v ON v.node = p.node
+),
+claims AS (
+    -- each allocation's claim on each GPU it lists (a MIG pod's on its profile's instances of it)
+    SELECT w.namespace, w.pod, w.node, trim(d.id) AS gpu_uuid, w.mig_profile, w.slice_share, w.lo, w.hi,
+           w.gpu_equivalents / w.device_count AS rate
+    FROM window_part w, unnest(string_split(w.device_ids, ',')) AS d(id)
+    WHERE w.hi > w.lo AND w.gpu_equivalents > 0 AND nullif(trim(d.id), '') IS NOT NULL
+),
+instances AS (
+    SELECT node, gpu_uuid, mig_profile, count(*) AS n FROM stg_devices WHERE mig_gi_id IS NOT NULL GROUP BY ALL
+),
+capacity AS (
+    -- what one GPU holds at a time: 1 GPU; for a MIG profile, its instances there (unknown layout: the GPU)
+    SELECT DISTINCT c.node, c.gpu_uuid, c.mig_profile,
+           CASE WHEN c.mig_profile IS NULL OR i.n IS NULL THEN 1.0 ELSE i.n * c.slice_share END AS cap
+    FROM claims c
+    LEFT JOIN instances i ON i.node = c.node AND i.gpu_uuid = c.gpu_uuid AND i.mig_profile = c.mig_profile
+),
+load_steps AS (
+    SELECT node, gpu_uuid, mig_profile, t, sum(d) AS d
+    FROM (SELECT node, gpu_uuid, mig_profile, lo AS t, rate AS d FROM claims
+          UNION ALL SELECT node, gpu_uuid, mig_profile, hi, -rate FROM claims)
+    GROUP BY ALL
+),
+load_segments AS (
+    SELECT node, gpu_uuid, mig_profile, t AS s_lo,
+           lead(t) OVER (PARTITION BY node, gpu_uuid, mig_profile ORDER BY t) AS s_hi,
+           sum(d) OVER (PARTITION BY node, gpu_uuid, mig_profile ORDER BY t ROWS UNBOUNDED PRECEDING) AS load
+    FROM load_steps
+),
+over_claimed AS (
+    -- time during which a GPU's allocations claim more than it holds: each claim's excess share
+    SELECT g.node, g.gpu_uuid, g.mig_profile, g.s_lo, g.s_hi, (g.load - c.cap) / g.load AS over_share
+    FROM load_segments g
+    JOIN capacity c ON c.node = g.node AND c.gpu_uuid = g.gpu_uuid AND c.mig_profile IS NOT DISTINCT FROM g.mig_profile
+    WHERE g.s_hi IS NOT NULL AND g.load > c.cap + 1e-9
+),
+excess AS (
+    SELECT c.namespace, c.pod,
+           sum(c.rate * (least(c.hi, o.s_hi) - greatest(c.lo, o.s_lo)) * o.over_share) AS excess_gpu_seconds
+    FROM claims c
+    JOIN over_claimed o ON o.node = c.node AND o.gpu_uuid = c.gpu_uuid
+         AND o.mig_profile IS NOT DISTINCT FROM c.mig_profile AND o.s_lo < c.hi AND o.s_hi > c.lo
+    GROUP BY ALL
+),
+allocated AS (
+    -- ``keep``: the share of the allocation its GPUs could hold (over-claimed time is split
+    -- pro rata among the claims; the excess is reported as over_allocated, never charged)
+    SELECT w.namespace, w.pod, w.team, w.usd_per_hour, w.gpu_equivalents, w.over_gpus,
+           greatest(w.hi - w.lo, 0) AS seconds, coalesce(e.excess_gpu_seconds, 0) AS excess_gpu_seconds,
+           CASE WHEN e.excess_gpu_seconds IS NULL THEN 1.0
+                ELSE greatest(1.0 - e.excess_gpu_seconds / ((w.hi - w.lo) * w.gpu_equivalents), 0.0) END AS keep
+    FROM window_part w LEFT JOIN excess e ON e.namespace = w.namespace AND e.pod = w.pod
 ),
 per_pod AS (
     SELECT coalesce(a.namespace, o.namespace) AS namespace,
            coalesce(a.team, o.team, coalesce(a.namespace, o.namespace)) AS team,
-           greatest(coalesce(a.seconds * a.gpu_equivalents / 3600.0, 0), coalesce(o.observed_gpu_hours, 0)) AS gpu_hours,
-           greatest(coalesce(a.seconds * a.usd_per_hour / 3600.0, 0), coalesce(o.observed_usd, 0)) AS allocated_usd,
-           coalesce(o.productive_usd, 0) AS productive_usd, coalesce(o.false_util_usd, 0) AS false_util_usd,
-           coalesce(o.idle_usd, 0) AS idle_usd, coalesce(o.observed_usd, 0) AS observed_usd,
+           coalesce(a.keep, 1.0) * greatest(coalesce(a.seconds * a.gpu_equivalents / 3600.0, 0), coalesce(o.observed_gpu_hours, 0))
+               AS gpu_hours,
+           coalesce(a.keep, 1.0) * greatest(coalesce(a.seconds * a.usd_per_hour / 3600.0, 0), coalesce(o.observed_usd, 0)) AS allocated_usd,
+           coalesce(a.keep, 1.0) * coalesce(o.productive_usd, 0) AS productive_usd, coalesce(a.keep, 1.0) * coalesce(o.false_util_usd, 0) AS false_util_usd,
+           coalesce(a.keep, 1.0) * coalesce(o.idle_usd, 0) AS idle_usd, coalesce(a.keep, 1.0) * coalesce(o.observed_usd, 0) AS observed_usd,
            (a.pod IS NOT NULL AND a.usd_per_hour IS NULL) OR coalesce(o.observed_unpriced, FALSE) AS unpriced,
-           coalesce(a.seconds * a.over_gpus / 3600.0, 0) AS over_gpu_hours
+           coalesce(a.seconds * a.over_gpus / 3600.0, 0) + coalesce(a.excess_gpu_seconds / 3600.0, 0) AS over_gpu_hours
     FROM allocated a
     FULL OUTER JOIN observed o ON o.namespace = a.namespace AND o.pod = a.pod
     WHERE coalesce(a.seconds, 0) > 0 OR o.pod IS NOT NULL
@@ -88,7 +145,8 @@ over_allocated AS (
     GROUP BY team, namespace
 ),
 gpus AS (
-    SELECT d.node, d.gpu_uuid, min(d.gpu_model) AS gpu_model,
+    -- the GPU's model is its whole-GPU row's (an instance row naming another model does not reprice it)
+    SELECT d.node, d.gpu_uuid, coalesce(min(d.gpu_model) FILTER (WHERE d.mig_gi_id IS NULL), min(d.gpu_model)) AS gpu_model,
            sum(d.usd_per_hour) FILTER (WHERE d.mig_gi_id IS NOT NULL) AS instances_usd_per_hour,
            bool_or(d.mig_gi_id IS NOT NULL) AS mig
     FROM stg_devices d
