@@ -99,6 +99,21 @@ def chargeback(ctx: Context) -> pd.DataFrame:
 CHARGEBACK_PROBLEMS = chargeback_analysis.PROBLEMS  # rows with GPU-hours and no cost
 
 
+def prices(ctx: Context) -> pd.DataFrame:
+    """Which price applies to each GPU model (the cluster's, a dated list price, or unpriced)."""
+    return _analysis(ctx.db, ctx.mtime, "price_coverage", ())
+
+
+def price_caption(ctx: Context) -> str:
+    """Which price sources the dollars use, as counts of GPU models (names are on the Chargeback page)."""
+    kinds = prices(ctx)["price_source"].map(
+        lambda s: "unpriced" if s == "unpriced" else "cluster prices" if s == "cluster price" else "list prices")
+    counts = kinds.value_counts()
+    parts = [f"{counts[k]} GPU model(s) at {k}" if k != "unpriced" else f"{counts[k]} GPU model(s) UNPRICED"
+             for k in ("cluster prices", "list prices", "unpriced") if k in counts]
+    return "Prices: " + (", ".join(parts) if parts else "no GPUs") + " (Chargeback lists them)."
+
+
 def chargeback_warnings(frame: pd.DataFrame) -> list[str]:
     """The chargeback's data problems (unpriced, over-allocated) as plain lines, in the analysis' words."""
     return chargeback_analysis.warnings(frame)
@@ -225,4 +240,5 @@ def money(value: float) -> str:
 def window_caption(ctx: Context) -> None:
     # team names are data: never into markdown (they could carry links or HTML); the sidebar shows them
     teams = f"{len(ctx.teams)} team(s) selected in the sidebar" if ctx.teams else "all teams"
-    st.caption(f"Window {ctx.start:%Y-%m-%d} → {ctx.end:%Y-%m-%d} (UTC, end exclusive) · {teams}")
+    st.caption(f"Window {ctx.start:%Y-%m-%d} → {ctx.end:%Y-%m-%d} (UTC, end exclusive) · {teams} · "
+               + price_caption(ctx))

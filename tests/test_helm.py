@@ -256,6 +256,38 @@ def test_analyzer_steps_are_accepted_by_gpuwatch_ingest_and_analyze():
         parse(cli, [command, *extra, "--db", "/data/gpuwatch.duckdb.next"])
 
 
+def test_the_chart_installs_with_prices_from_values(tmp_path):
+    """prices.models becomes the analyzer's prices.csv and every ingest loads it (winning over the
+    list prices, which are on by default): run that ingest, with the rendered file, on sample_data."""
+    h100, mig = "NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3/1g.10gb"
+    docs = render({"prices": {"models": {h100: 3.5, mig: 0.6}}})
+    args = container(pod_spec(find(docs, "CronJob", "analyzer")), "analyzer")["args"]
+    assert args[args.index("/scripts/prices.csv") - 1] == "--prices" and args[args.index("list") - 1] == "--prices"
+    config = next(d for d in docs if d.kind == "ConfigMap" and d.component == "analyzer")
+    text = config.obj["data"]["prices.csv"]
+    assert text.splitlines() == ["gpu_model,usd_per_gpu_hour", f"{h100},3.5", f"{mig},0.6"]
+    prices = tmp_path / "prices.csv"
+    prices.write_text(text)
+    script = load_script("analyzer")
+    ingest, _ = script.split_args(args[args.index("--"):])
+    ingest = [str(prices) if a == "/scripts/prices.csv" else a for a in ingest]
+    ingest[ingest.index("--from") + 1] = str(ROOT / "sample_data")
+    cli = pytest.importorskip("gpuwatch.cli")
+    db = tmp_path / "g.duckdb"
+    assert cli.main(["ingest", *ingest, "--db", str(db)]) == 0
+    from gpuwatch import analyses, store
+
+    con = store.connect(str(db), read_only=True)
+    applied = analyses.run(con, "price_coverage").set_index("gpu_model")
+    assert applied.loc[h100, "usd_per_gpu_hour"] == 3.5 and applied.loc[h100, "price_source"] == "cluster price"
+    # the bundle's own prices.csv prices the A100 too (cluster price); the list price is only a fallback
+    assert applied.loc["NVIDIA A100-SXM4-80GB", "price_source"] == "cluster price"
+    con.close()
+    off = render({"prices": {"listPrices": False}})
+    args = container(pod_spec(find(off, "CronJob", "analyzer")), "analyzer")["args"]
+    assert "--prices" not in args
+
+
 def test_app_reads_the_db_read_only_and_waits_for_it():
     spec = pod_spec(find(render(), "Deployment", "app"))
     app = container(spec, "app")

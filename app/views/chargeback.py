@@ -53,6 +53,10 @@ if not teams.empty:
         # explicit element height: Streamlit's default ("content") squeezes nominal-axis charts
         st.altair_chart(stacked(by, title), width="stretch", height=26 * teams[by].nunique() + 90)
 ui.table(teams, "chargeback_teams", empty="No team allocated a GPU in this window.")
+st.subheader("Prices applied")
+st.caption("Per GPU model: the cluster's own price (bundle prices.csv, `ingest --prices FILE`, the chart's "
+           "prices.models), else gpuwatch's dated list price where `ingest --prices list` enabled it, else unpriced.")
+ui.table(ui.prices(ctx), "prices_applied", empty="No GPUs in the store.")
 if ctx.scope is not None:  # a team view: the team's rows only
     st.download_button("Download chargeback.csv (your teams' rows)", ui.csvfile.to_csv(teams).encode(),
                        file_name="chargeback.csv", mime="text/csv", key="csv_chargeback_my_teams")

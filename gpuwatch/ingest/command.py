@@ -16,13 +16,19 @@ from gpuwatch.ingest import prometheus, promfile
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--from", dest="source", required=True,
-                        help="bundle DIR, prometheus://host:port, or FILE.prom (a saved /metrics page)")
+    parser.add_argument("--from", dest="source",
+                        help="bundle DIR, prometheus://host:port, or FILE.prom (a saved /metrics page); "
+                             "may be left out when only --prices are loaded")
     parser.add_argument("--db", required=True, help="DuckDB store to write (created if missing)")
     parser.add_argument("--start", help="Prometheus: window start, ISO-8601 UTC (default: --end minus 7 days)")
     parser.add_argument("--end", help="Prometheus: window end, ISO-8601 UTC (default: now)")
     parser.add_argument("--step", default="60s", help="Prometheus: query_range step (default: %(default)s)")
     parser.add_argument("--at", help=".prom file: the scrape's timestamp, ISO-8601 UTC (default: the file's own)")
+    parser.add_argument("--prices", action="append", default=[], metavar="FILE|list",
+                        help="the cluster's GPU prices (CSV/Parquet: gpu_model, usd_per_gpu_hour; a '<model>/<MIG "
+                             "profile>' row prices that profile), loaded after --from so they win; 'list' = also use "
+                             "gpuwatch's shipped, dated list prices for models the cluster has no price for "
+                             "(repeatable)")
     parser.add_argument("--link", action="store_true",
                         help="bundle DIR with Parquet samples: query the Parquet files where they are instead of "
                              "copying them (large fleets; the files must stay there)")
@@ -33,11 +39,43 @@ def run(args: argparse.Namespace) -> int:
              "end": units.parse_utc(args.end, what="--end") if args.end else None,
              "step": units.parse_duration(args.step, what="--step"),
              "at": units.parse_utc(args.at, what="--at") if args.at else None}
-    check_source(args.source)  # flags and source are checked before the store is created or opened
+    if args.source is None and not args.prices:
+        raise units.UsageError("--from: required (or --prices alone, to load prices only)")
+    if args.source is not None:
+        check_source(args.source)  # flags and sources are checked before the store is created or opened
+    check_prices(args.prices)
     con = store.connect(args.db)
-    counts = store.link_bundle(con, args.source) if args.link else ingest(con, args.source, **flags)
-    print(f"loaded into {args.db}: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()))
+    try:
+        if args.link:
+            counts = store.link_bundle(con, args.source)
+            if args.prices:
+                store.load(con, {}, source="--prices", prices=args.prices)
+        elif args.source is None:
+            counts = store.load(con, {}, source="--prices", prices=args.prices)
+        else:
+            counts = ingest(con, args.source, prices=args.prices, **flags)
+        print(f"loaded into {args.db}: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()))
+        print_prices(con)
+    finally:
+        con.close()
     return 0
+
+
+def check_prices(prices: list[str]) -> None:
+    """Every --prices is 'list' or an existing file: a DataError names the one that is not."""
+    for item in prices:
+        if item != store.LIST_PRICES and not Path(item).is_file():
+            raise units.DataError(f"--prices {item}: no such file (a prices CSV/Parquet, or 'list')")
+
+
+def print_prices(con: Any) -> None:
+    """Which price applies to each GPU model now: the cluster's, a dated list price, or none (loud)."""
+    from gpuwatch import analyses
+
+    for row in analyses.run(con, "price_coverage").itertuples(index=False):
+        price = "UNPRICED: not in any cost" if row.price_source == "unpriced" else (
+            f"${row.usd_per_gpu_hour:,.2f}/GPU-hour, {row.price_source}")
+        print(f"  {row.gpu_model}: {row.gpus:,} GPU(s), {price}")
 
 
 def check_source(source: str) -> None:
@@ -47,18 +85,18 @@ def check_source(source: str) -> None:
 
 
 def ingest(con: Any, source: str, *, start: datetime | None = None, end: datetime | None = None, step: float = 60.0,
-           at: datetime | None = None, now: datetime | None = None) -> dict[str, int]:
+           at: datetime | None = None, now: datetime | None = None, prices: list[str] = ()) -> dict[str, int]:
     """Load ``source`` (bundle dir, prometheus:// URL or .prom file); returns rows per table."""
     if _is_url(source):
         end_at = end or (now or datetime.now(UTC)).replace(tzinfo=None)
         start_at = start or end_at - timedelta(days=7)
         frames = prometheus.fetch(source, start=start_at, end=end_at, step=step)
-        return store.load(con, frames, source=source, window=(start_at, end_at))
+        return store.load(con, frames, source=source, window=(start_at, end_at), prices=prices)
     path = Path(source)
     if path.is_file() and path.suffix in (".prom", ".txt", ".metrics"):
         frames = promfile.read_file(path, at=at)
-        return store.load(con, frames, source=str(path))
-    return store.load_bundle(con, path, progress=None)
+        return store.load(con, frames, source=str(path), prices=prices)
+    return store.load_bundle(con, path, progress=None, prices=prices)
 
 
 def _is_url(source: str) -> bool:

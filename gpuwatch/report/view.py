@@ -86,6 +86,7 @@ def _common(data, *, title: str, fleet: bool, charge, prev, rows, parts, breakdo
     previous = cents(prev["cost_usd"]) if data.previous_covered else None
     waste = sum(p["usd"] for p in parts if p["name"] in ("idle", "false-util", "unallocated", "stranded"))
     return {
+        "prices": _prices(data),
         "scope_title": title, "fleet": fleet, "week": data.week, "previous": data.week.previous(),
         "complete": data.complete, "db_name": data.db_name, "breakdown_label": breakdown,
         "thresholds": sorted(data.thresholds.items()),
@@ -93,6 +94,16 @@ def _common(data, *, title: str, fleet: bool, charge, prev, rows, parts, breakdo
                   "waste": round(waste, 2), "gpu_hours": float(charge["gpu_hours"].sum()), "rows": rows},
         "waste": {"parts": parts, "total": total},
     }
+
+
+def _prices(data) -> list[str]:
+    """One line per GPU model: its price and where that price comes from (or that it has none)."""
+    frame = data.frames.get("prices")
+    if frame is None:
+        return []
+    return [f"{r.gpu_model}: " + ("unpriced (not in any cost)" if r.price_source == "unpriced"
+                                  else f"${r.usd_per_gpu_hour:,.2f}/GPU-hour, {r.price_source}")
+            for r in frame.itertuples(index=False)]
 
 
 def _spend_rows(charge: pd.DataFrame, prev: pd.DataFrame, *, by: str) -> list[dict]:

@@ -51,6 +51,7 @@ def gather(con: Any, week: Week, *, db_name: str, complete: bool = True,
     previous_covered = first is not None and not _missing(first) and first.to_pydatetime() <= last["start"]
     daily = analyses.run(con, "fleet_timeseries", bucket_seconds=86400, **this)
     frames["daily"] = daily[daily["scope"] == "bucket"]
+    frames["prices"] = analyses.run(con, "price_coverage")
     return WeekData(week=week, complete=complete, previous_covered=previous_covered, db_name=db_name,
                     thresholds=limits, frames=frames)
 

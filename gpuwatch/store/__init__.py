@@ -15,11 +15,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpuwatch import mig
-from gpuwatch.store.load import link_bundle, load, load_bundle
+from gpuwatch.store.load import LIST_PRICES, link_bundle, load, load_bundle
 from gpuwatch.store.staged import node_ranges, refresh, script
 from gpuwatch.store.validate import BundleError
 
-__all__ = ["BundleError", "bulk_end", "connect", "data_range", "has_table", "link_bundle", "load", "load_bundle", "node_ranges",
+__all__ = ["LIST_PRICES", "BundleError", "bulk_end", "connect", "data_range", "has_table", "link_bundle", "load", "load_bundle", "node_ranges",
            "refresh"]
 
 

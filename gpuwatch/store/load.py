@@ -10,7 +10,8 @@ exactly as it was.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import csv
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,28 +23,34 @@ from gpuwatch.store.columns import ROW
 from gpuwatch.store.staged import refresh, script
 from gpuwatch.store.validate import BundleError, check_bundle_name
 
+# ``prices=[LIST_PRICES]``: copy the shipped, dated reference list prices into the store.
+LIST_PRICES = "list"
+LIST_PRICES_FILE = Path(__file__).with_name("list_prices.csv")
 # Upsert keys; NULL MIG ids compare equal (IS NOT DISTINCT FROM).
 KEYS = {"devices": ("node", "gpu_uuid", "mig_gi_id"), "pods": ("namespace", "pod", "pod_uid"),
         "prices": ("gpu_model",)}
 
 
-def load(con: Any, frames: dict, *, source: str, window: tuple[datetime, datetime] | None = None) -> dict[str, int]:
+def load(con: Any, frames: dict, *, source: str, window: tuple[datetime, datetime] | None = None,
+         prices: Sequence[str | Path] = ()) -> dict[str, int]:
     """Check and load ``frames`` (bundle name -> DataFrame) in one transaction; rows per table.
 
-    ``window`` is what the reader asked for (Prometheus' query range), recorded in ingest_log."""
+    ``window`` is what the reader asked for (Prometheus' query range), recorded in ingest_log.
+    ``prices``: price files loaded in the same transaction, after the frames (so they win), and/or
+    ``LIST_PRICES`` (the shipped list prices, used only for models with no price of the cluster's)."""
     for name in frames:
         check_bundle_name(name, file=f"{source}:{name}")
     parts = {name: ([lambda c, f=frame, label=f"{source}:{name}": _frame_view(c, f, label=label)], f"{source}:{name}")
              for name, frame in frames.items()}
-    return _load(con, parts, source=source, window=window)
+    return _load(con, parts, source=source, window=window, prices=prices)
 
 
 def load_bundle(con: Any, path: str | Path, *, window: tuple[datetime, datetime] | None = None,
-                progress: bool | None = False) -> dict[str, int]:
+                progress: bool | None = False, prices: Sequence[str | Path] = ()) -> dict[str, int]:
     """Load a bundle directory (any subset of its files); DuckDB checks, types and inserts it."""
     files = bundle.find_files(path)
     parts = {name: (bundle.parts(file), str(file)) for name, file in files.items()}
-    return _load(con, parts, source=str(path), window=window)
+    return _load(con, parts, source=str(path), window=window, prices=prices)
 
 
 def link_bundle(con: Any, path: str | Path) -> dict[str, int]:
@@ -72,12 +79,19 @@ def link_bundle(con: Any, path: str | Path) -> dict[str, int]:
     return counts
 
 
-def _load(con: Any, parts: dict[str, tuple[Iterator, str]], *, source: str, window) -> dict[str, int]:
+def _load(con: Any, parts: dict[str, tuple[Iterator, str]], *, source: str, window,
+          prices: Sequence[str | Path] = ()) -> dict[str, int]:
     counts = dict.fromkeys(BUNDLE_COLUMNS, 0)
     with _transaction(con):
         for name, (pieces, file) in parts.items():
             if name != "samples":
                 counts[name] = sum(_insert_part(con, name, part, file=file) for part in pieces)
+        for item in prices:
+            if str(item) == LIST_PRICES:
+                _replace_list_prices(con)
+            else:
+                counts["prices"] += sum(_insert_part(con, "prices", part, file=str(item))
+                                        for part in bundle.parts(Path(item)))
         if "samples" in parts:
             _check_not_linked(con)
             pieces, file = parts["samples"]
@@ -127,6 +141,14 @@ def _upsert_incoming(con: Any, name: str) -> int:
     match = " AND ".join(f"t.{k} IS NOT DISTINCT FROM i.{k}" for k in KEYS[name])
     con.execute(f"DELETE FROM {name} t USING incoming i WHERE {match}")
     return con.execute(f"INSERT INTO {name} SELECT * FROM incoming").fetchall()[0][0]
+
+
+def _replace_list_prices(con: Any) -> None:
+    """The store's list prices become the shipped table (gpuwatch/store/list_prices.csv)."""
+    with LIST_PRICES_FILE.open(encoding="utf-8", newline="") as handle:
+        rows = [(r["gpu_model"], float(r["usd_per_gpu_hour"]), r["as_of"], r["reference"]) for r in csv.DictReader(handle)]
+    con.execute("DELETE FROM list_prices")
+    con.executemany("INSERT INTO list_prices VALUES (?, ?, CAST(? AS DATE), ?)", rows)
 
 
 def _replace_carried(con: Any) -> tuple[datetime, datetime] | None:

@@ -56,6 +56,15 @@ CREATE TABLE IF NOT EXISTS prices (
     usd_per_gpu_hour DOUBLE NOT NULL
 );
 
+-- Reference list prices (gpuwatch/store/list_prices.csv, dated), copied in by `ingest --prices list`:
+-- they price only models the cluster's own prices do not (stg_prices), and say so wherever they apply.
+CREATE TABLE IF NOT EXISTS list_prices (
+    gpu_model VARCHAR NOT NULL,
+    usd_per_gpu_hour DOUBLE NOT NULL,
+    as_of DATE NOT NULL,
+    reference VARCHAR NOT NULL
+);
+
 -- One row per load: where it came from, the samples window it replaced, rows per table.
 CREATE TABLE IF NOT EXISTS ingest_log (
     loaded_at TIMESTAMP,

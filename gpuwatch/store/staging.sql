@@ -9,15 +9,31 @@
 -- cost, so its instances' use must be too).
 CREATE OR REPLACE MACRO model_key(name) AS lower(trim(name));
 
+-- Precedence: the cluster's own prices (bundle prices.csv, `ingest --prices FILE`, the chart's
+-- prices.models) over the shipped list prices (only where `ingest --prices list` copied them in);
+-- price_source says which one applies to each model.
 CREATE OR REPLACE VIEW stg_prices AS
 WITH raw AS (
     SELECT trim(gpu_model) AS gpu_model, model_key(gpu_model) AS model_key, usd_per_gpu_hour FROM prices
     WHERE isfinite(usd_per_gpu_hour) AND usd_per_gpu_hour >= 0
 ),
+cluster AS (
+    SELECT model_key, min(gpu_model) AS gpu_model, max(usd_per_gpu_hour) AS usd_per_gpu_hour,
+           'cluster price' AS price_source
+    FROM raw GROUP BY model_key
+),
+listed AS (
+    SELECT model_key(gpu_model) AS model_key, min(trim(gpu_model)) AS gpu_model, max(usd_per_gpu_hour) AS usd_per_gpu_hour,
+           'list price as of ' || strftime(max(as_of), '%Y-%m-%d') || ' (' || min(reference) || ')' AS price_source
+    FROM list_prices
+    WHERE isfinite(usd_per_gpu_hour) AND usd_per_gpu_hour >= 0
+      AND model_key(gpu_model) NOT IN (SELECT model_key FROM cluster)
+    GROUP BY model_key(gpu_model)
+),
 final AS (
-    SELECT model_key, min(gpu_model) AS gpu_model, max(usd_per_gpu_hour) AS usd_per_gpu_hour FROM raw GROUP BY model_key
+    SELECT * FROM cluster UNION ALL SELECT * FROM listed
 )
-SELECT gpu_model, usd_per_gpu_hour, model_key FROM final;
+SELECT gpu_model, usd_per_gpu_hour, model_key, price_source FROM final;
 
 -- The two sample rules, declared once and used by every analysis (idle_hoarding, chargeback,
 -- fleet_timeseries, false_utilization). Idle: reported utilization below the threshold, and SM

@@ -1,0 +1,106 @@
+"""Price sources and their precedence, on real DuckDB stores and the real CLI.
+
+The cluster's own prices (a bundle's prices.csv, ``ingest --prices FILE``, the chart's prices.models)
+win; gpuwatch's shipped, dated list prices (gpuwatch/store/list_prices.csv) price only models the
+cluster does not, and only where ``--prices list`` enabled them; a model with neither is unpriced and
+says so. The list table itself is checked for what makes it usable: a date and a reference per row,
+one row per model, plausible prices, and DCGM's spelling of the model names seen in real captures.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+
+import pytest
+
+from gpuwatch import analyses, cli, store
+from gpuwatch.store.load import LIST_PRICES_FILE
+from tests.conftest import FIXTURES
+
+L40S_PAGE = FIXTURES / "promfile" / "l40s-dcgm-exporter-4x-Hostname.prom"
+
+
+def _coverage(db) -> dict:
+    con = store.connect(str(db), read_only=True)
+    try:
+        frame = analyses.run(con, "price_coverage")
+    finally:
+        con.close()
+    return {r.gpu_model: (r.usd_per_gpu_hour, r.price_source) for r in frame.itertuples(index=False)}
+
+
+def _list_row(model: str) -> dict:
+    with LIST_PRICES_FILE.open(newline="") as handle:
+        return next(r for r in csv.DictReader(handle) if r["gpu_model"] == model)
+
+
+def test_a_scrape_without_prices_is_unpriced_and_says_so(tmp_path, capsys):
+    db = tmp_path / "g.duckdb"
+    assert cli.main(["ingest", "--from", str(L40S_PAGE), "--db", str(db)]) == 0
+    assert "NVIDIA L40S: 1 GPU(s), UNPRICED" in capsys.readouterr().out
+    price, source = _coverage(db)["NVIDIA L40S"]
+    assert source == "unpriced" and price != price  # NULL, never 0
+
+
+def test_list_prices_fill_in_and_the_clusters_price_wins_whatever_the_order(tmp_path, capsys):
+    db = tmp_path / "g.duckdb"
+    listed = _list_row("NVIDIA L40S")
+    assert cli.main(["ingest", "--from", str(L40S_PAGE), "--prices", "list", "--db", str(db)]) == 0
+    price, source = _coverage(db)["NVIDIA L40S"]
+    assert price == float(listed["usd_per_gpu_hour"])
+    assert source == f"list price as of {listed['as_of']} ({listed['reference']})"
+    mine = tmp_path / "prices.csv"
+    mine.write_text("gpu_model,usd_per_gpu_hour\nnvidia l40s ,1.25\n")  # DCGM's name, any case and spacing
+    assert cli.main(["ingest", "--prices", str(mine), "--db", str(db)]) == 0
+    assert _coverage(db)["NVIDIA L40S"] == (1.25, "cluster price")
+    assert cli.main(["ingest", "--prices", "list", "--db", str(db)]) == 0  # re-enabling the list changes nothing
+    assert _coverage(db)["NVIDIA L40S"] == (1.25, "cluster price")
+    assert "$1.25/GPU-hour, cluster price" in capsys.readouterr().out
+
+
+def test_list_prices_reach_the_chargeback(tmp_path):
+    db = tmp_path / "g.duckdb"
+    assert cli.main(["ingest", "--from", str(L40S_PAGE), "--prices", "list", "--db", str(db)]) == 0
+    con = store.connect(str(db), read_only=True)
+    try:
+        devices = con.execute("SELECT usd_per_hour FROM stg_devices").fetchall()
+    finally:
+        con.close()
+    assert devices == [(float(_list_row("NVIDIA L40S")["usd_per_gpu_hour"]),)]
+
+
+def test_a_bad_prices_file_names_file_column_row_and_leaves_the_store(tmp_path, capsys):
+    db = tmp_path / "g.duckdb"
+    assert cli.main(["ingest", "--from", str(L40S_PAGE), "--db", str(db)]) == 0
+    bad = tmp_path / "prices.csv"
+    bad.write_text("gpu_model,usd_per_gpu_hour\nNVIDIA L40S,1.0\nNVIDIA H100 80GB HBM3,-3\n")
+    capsys.readouterr()
+    assert cli.main(["ingest", "--prices", str(bad), "--prices", "list", "--db", str(db)]) == 1
+    err = capsys.readouterr().err
+    assert str(bad) in err and "usd_per_gpu_hour" in err and "row 2" in err and "Traceback" not in err
+    assert _coverage(db)["NVIDIA L40S"][1] == "unpriced"  # neither the good row nor the list landed
+    assert cli.main(["ingest", "--prices", str(tmp_path / "nope.csv"), "--db", str(db)]) == 1
+    assert "--prices" in capsys.readouterr().err
+
+
+def test_ingest_needs_a_source_or_prices(tmp_path, capsys):
+    assert cli.main(["ingest", "--db", str(tmp_path / "g.duckdb")]) == 2
+    assert "--from" in capsys.readouterr().err
+
+
+def test_the_shipped_list_is_dated_referenced_and_plausible():
+    with LIST_PRICES_FILE.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows and len({r["gpu_model"].strip().lower() for r in rows}) == len(rows)
+    for r in rows:
+        assert 0.1 <= float(r["usd_per_gpu_hour"]) <= 30, r
+        assert dt.date.fromisoformat(r["as_of"]) <= dt.date.today() and r["reference"].strip(), r
+    names = {r["gpu_model"] for r in rows}
+    # DCGM's modelName spelling, as in the real nvidia-smi / dcgm-exporter captures
+    assert {"NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA L40S"} <= names
+
+
+@pytest.mark.parametrize("model", ["NVIDIA H100 80GB HBM3", "NVIDIA H200"])
+def test_newer_gpus_cost_more_than_older_ones_in_the_list(model):
+    assert float(_list_row(model)["usd_per_gpu_hour"]) > float(_list_row("NVIDIA A100-SXM4-80GB")["usd_per_gpu_hour"])
