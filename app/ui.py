@@ -101,7 +101,12 @@ CHARGEBACK_PROBLEMS = chargeback_analysis.PROBLEMS  # rows with GPU-hours and no
 
 def prices(ctx: Context) -> pd.DataFrame:
     """Which price applies to each GPU model (the cluster's, a dated list price, or unpriced)."""
-    return _analysis(ctx.db, ctx.mtime, "price_coverage", ())
+    return _price_coverage(ctx.db, ctx.mtime)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _price_coverage(path: str, mtime: float) -> pd.DataFrame:
+    return store.price_coverage(_connection(path, mtime).cursor())
 
 
 def price_caption(ctx: Context) -> str:

@@ -275,10 +275,10 @@ def test_the_chart_installs_with_prices_from_values(tmp_path):
     cli = pytest.importorskip("gpuwatch.cli")
     db = tmp_path / "g.duckdb"
     assert cli.main(["ingest", *ingest, "--db", str(db)]) == 0
-    from gpuwatch import analyses, store
+    from gpuwatch import store
 
     con = store.connect(str(db), read_only=True)
-    applied = analyses.run(con, "price_coverage").set_index("gpu_model")
+    applied = store.price_coverage(con).set_index("gpu_model")
     assert applied.loc[h100, "usd_per_gpu_hour"] == 3.5 and applied.loc[h100, "price_source"] == "cluster price"
     # the bundle's own prices.csv prices the A100 too (cluster price); the list price is only a fallback
     assert applied.loc["NVIDIA A100-SXM4-80GB", "price_source"] == "cluster price"

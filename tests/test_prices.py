@@ -14,7 +14,7 @@ import datetime as dt
 
 import pytest
 
-from gpuwatch import analyses, cli, store
+from gpuwatch import cli, store
 from gpuwatch.store.load import LIST_PRICES_FILE
 from tests.conftest import FIXTURES
 
@@ -24,7 +24,7 @@ L40S_PAGE = FIXTURES / "promfile" / "l40s-dcgm-exporter-4x-Hostname.prom"
 def _coverage(db) -> dict:
     con = store.connect(str(db), read_only=True)
     try:
-        frame = analyses.run(con, "price_coverage")
+        frame = store.price_coverage(con)
     finally:
         con.close()
     return {r.gpu_model: (r.usd_per_gpu_hour, r.price_source) for r in frame.itertuples(index=False)}

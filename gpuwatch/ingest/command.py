@@ -70,9 +70,7 @@ def check_prices(prices: list[str]) -> None:
 
 def print_prices(con: Any) -> None:
     """Which price applies to each GPU model now: the cluster's, a dated list price, or none (loud)."""
-    from gpuwatch import analyses
-
-    for row in analyses.run(con, "price_coverage").itertuples(index=False):
+    for row in store.price_coverage(con).itertuples(index=False):
         price = "UNPRICED: not in any cost" if row.price_source == "unpriced" else (
             f"${row.usd_per_gpu_hour:,.2f}/GPU-hour, {row.price_source}")
         print(f"  {row.gpu_model}: {row.gpus:,} GPU(s), {price}")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuwatch import analyses
+from gpuwatch import analyses, store
 from gpuwatch.analyses import params as analysis_params
 from gpuwatch.findings import csvfile, findings
 from gpuwatch.report import isoweek as weeks
@@ -51,7 +51,7 @@ def gather(con: Any, week: Week, *, db_name: str, complete: bool = True,
     previous_covered = first is not None and not _missing(first) and first.to_pydatetime() <= last["start"]
     daily = analyses.run(con, "fleet_timeseries", bucket_seconds=86400, **this)
     frames["daily"] = daily[daily["scope"] == "bucket"]
-    frames["prices"] = analyses.run(con, "price_coverage")
+    frames["prices"] = store.price_coverage(con)
     return WeekData(week=week, complete=complete, previous_covered=previous_covered, db_name=db_name,
                     thresholds=limits, frames=frames)
 

@@ -19,8 +19,8 @@ from gpuwatch.store.load import LIST_PRICES, link_bundle, load, load_bundle
 from gpuwatch.store.staged import node_ranges, refresh, script
 from gpuwatch.store.validate import BundleError
 
-__all__ = ["LIST_PRICES", "BundleError", "bulk_end", "connect", "data_range", "has_table", "link_bundle", "load", "load_bundle", "node_ranges",
-           "refresh"]
+__all__ = ["LIST_PRICES", "BundleError", "bulk_end", "connect", "data_range", "has_table", "link_bundle", "load",
+           "load_bundle", "node_ranges", "price_coverage", "refresh"]
 
 
 # DuckDB takes 80% of RAM by default; a store is one process among many (a pod, a laptop), so cap
@@ -84,6 +84,11 @@ def write_mig_reference(con: Any) -> None:
     # the slice counts are the code's own constants, not data: formatting them into the macro is safe
     con.execute(f"CREATE OR REPLACE MACRO mig_gpu_share(slices) AS slices / {float(mig.COMPUTE_SLICES)}")
     con.execute(f"CREATE OR REPLACE MACRO mig_memory_share(slices) AS slices / {float(mig.MEMORY_SLICES)}")
+
+
+def price_coverage(con: Any):
+    """Per GPU model in the fleet: GPUs, the price that applies and its source (price_coverage.sql)."""
+    return con.execute(script("price_coverage.sql")).df()
 
 
 def ensure_reclaim_audit(con) -> None:
