@@ -186,10 +186,16 @@ def _names() -> dict[str, Name]:
 NAMES: dict[str, Name] = _names()
 
 
+def name_of(field: Field, generation: str) -> Name | None:
+    """The name (and unit) ``generation`` serves ``field`` under; None where it does not serve it
+    (4.9 serves a field it did not rename under its 4.8 name)."""
+    pick = {"1.x": field.old_name, "4.8": field.name, "4.9": field.name49 or field.name}[generation]
+    return NAMES[pick] if pick else None
+
+
 def served(generation: str) -> dict[str, Name]:
-    """The series names ``generation`` serves, each with its unit (4.9 serves unchanged 4.8 names too)."""
-    pick = {"1.x": lambda f: f.old_name, "4.8": lambda f: f.name, "4.9": lambda f: f.name49 or f.name}[generation]
-    return {pick(f): NAMES[pick(f)] for f in SERIES if pick(f)}
+    """The series names ``generation`` serves, each with its unit."""
+    return {n.name: n for f in SERIES if (n := name_of(f, generation)) is not None}
 
 
 def fid(name: str) -> int:

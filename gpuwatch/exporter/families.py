@@ -78,7 +78,7 @@ def build(snapshot: Snapshot | None, attributed: Mapping[str, Sequence[Allocatio
 def _served(spec, naming: str) -> tuple[fields.Name | None, float]:
     """The name, HELP, type this generation serves ``spec`` under, and the factor from the source's
     unit (the 4.8 one) to it; (None, 1.0) where it is the 4.8 declaration."""
-    name = next((n for n in fields.served(naming).values() if n.field.id == spec.field_id), None)
+    name = fields.name_of(fields.BY_ID[spec.field_id], naming)
     if name is None or name.name == spec.name:
         return None, 1.0
     return name, name.field.to_base / name.to_base
