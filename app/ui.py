@@ -19,9 +19,10 @@ import streamlit as st
 import gpuwatch.analyses as analyses
 import gpuwatch.analyses.chargeback as chargeback_analysis
 import gpuwatch.analyses.params as analysis_params
+import gpuwatch.recommendations as recommendations
 import gpuwatch.store as store
 import gpuwatch.units as units
-from gpuwatch.findings import csvfile, findings
+from gpuwatch.findings import csvfile, findings, observed_hours
 
 DB_ENV = "GPUWATCH_DB"
 TEAMS_ENV = "GPUWATCH_APP_TEAMS"  # comma-separated: the same as --team, for tests and containers
@@ -129,6 +130,17 @@ def recommendation_frame(ctx: Context) -> pd.DataFrame:
     return _findings(ctx, "recommendations")
 
 
+def recommendation_totals(frame: pd.DataFrame) -> dict[str, float]:
+    """Counted savings, waste at stake and all waste: the same figures the CLI and the report quote."""
+    return recommendations.totals(frame)
+
+
+def observed_hours_text(ctx: Context) -> str:
+    """The observed hours of the window the run-rates rest on (findings.observed_hours)."""
+    hours = observed_hours(_analysis(ctx.db, ctx.mtime, "data_coverage", ()), ctx.start, ctx.end)
+    return "no data" if hours is None else f"{hours:,.1f} observed hours"
+
+
 def _findings(ctx: Context, name: str) -> pd.DataFrame:
     params = {**thresholds(), "start": ctx.start, "end": ctx.end}
     return findings(None, params, only=(name,), run=lambda _con, analysis_name, **p: analysis(ctx, analysis_name, **p))[name]
@@ -209,30 +221,41 @@ def readable(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _column_config(frame: pd.DataFrame) -> dict:
-    """Display formats by column-name convention."""
+def _column_config(frame: pd.DataFrame, labels: dict[str, str] | None = None) -> dict:
+    """Display formats by column-name convention (dollars with thousands separators, ratios as
+    percentages, GiB, hours), keyed by the shown header (``labels[col]`` where given)."""
+    labels = labels or {}
     config = {}
     for col in frame.columns:
+        label = labels.get(col, col)
         if not pd.api.types.is_numeric_dtype(frame[col]) or pd.api.types.is_bool_dtype(frame[col]):
             continue
         if any(k in col for k in MONEY):
-            config[col] = st.column_config.NumberColumn(col, format="$%.2f")
+            config[label] = st.column_config.NumberColumn(format="dollar")
         elif "_gib" in col:
-            config[col] = st.column_config.NumberColumn(col, format="%.1f GiB")
+            config[label] = st.column_config.NumberColumn(format="%.1f GiB")
         elif col.endswith(("_h", "_hours")) or "_h_" in col:
-            config[col] = st.column_config.NumberColumn(col, format="%.2f")
+            config[label] = st.column_config.NumberColumn(format="%.1f")
         elif any(k in col for k in RATIO):
-            config[col] = st.column_config.NumberColumn(col, format="%.3f")
+            config[label] = st.column_config.NumberColumn(format="percent")
+        elif col in labels:
+            config[label] = st.column_config.NumberColumn(format="localized")
     return config
 
 
-def table(frame: pd.DataFrame, name: str, *, empty: str) -> None:
-    """A sortable table with a CSV download (base units), or the ``empty`` explanation when there are no rows."""
+def table(frame: pd.DataFrame, name: str, *, empty: str, columns: dict[str, str] | None = None) -> None:
+    """A sortable table with a CSV download (base units), or the ``empty`` explanation when there are no rows.
+
+    ``columns``: the key columns, first and in this order, with their friendly headers (the rest follow
+    under their own names)."""
     if frame.empty:
         st.info(empty)
         return
     shown = readable(frame)
-    st.dataframe(shown, hide_index=True, width="stretch", column_config=_column_config(shown))
+    labels = {readable(frame[[c]]).columns[0]: label for c, label in (columns or {}).items() if c in frame.columns}
+    shown = shown[[*labels, *(c for c in shown.columns if c not in labels)]]
+    config = _column_config(shown, labels)
+    st.dataframe(shown.rename(columns=labels), hide_index=True, width="stretch", column_config=config)
     st.download_button(f"Download {name}.csv", csvfile.to_csv(frame).encode(), file_name=f"{name}.csv",
                        mime="text/csv", key=f"csv_{name}")
 

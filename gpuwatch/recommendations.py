@@ -4,6 +4,12 @@ Kinds: ``reclaim_idle`` (hoarders), ``rightsize_mig`` (a smaller MIG profile fit
 (mig_fragmentation found a layout that strands less) and ``investigate_false_util`` (busy-looking,
 SM-idle pods). Each has a stable ``id`` (hash of kind, namespace, pod or GPU), so the reclaim
 controller and the app can follow one recommendation across runs. No I/O, no clock.
+
+Savings are the observed run-rate of the waste an action removes, never a projection of a price
+(docs/architecture.md#savings): ``monthly_waste_usd`` = the waste measured in the window's observed
+hours / those hours x ``hours_per_month``; ``monthly_savings_usd`` <= it (equal where the action
+removes all of it, a share for a partial repack, 0 for ``investigate_*``, whose waste is at stake
+but not counted). The same data gives the same figures whatever window holds it.
 """
 
 from __future__ import annotations
@@ -14,22 +20,58 @@ from gpuwatch import mig as mig_geometry
 from gpuwatch import units
 
 COLUMNS = ("id", "kind", "namespace", "pod", "team", "node", "evidence", "monthly_savings_usd",
-           "gpu_uuid", "target", "usd_per_hour", "idle_since")
+           "action", "monthly_waste_usd", "counted", "basis", "gpu_uuid", "target", "usd_per_hour", "idle_since")
+# Kinds whose waste is at stake but whose saving is not claimed (a person must look first).
+NOT_COUNTED = ("investigate_false_util",)
 
 
+def recommend(*, idle=None, false_util=None, rightsizing=None, mig=None, prices=None, stranded_usd: float | None = None,
+              window_hours: float = 168.0, observed_hours: float | None = None,
+              hours_per_month: float = units.HOURS_PER_MONTH):
+    """Every recommendation, biggest monthly saving first; any input frame may be None or empty.
 
-def recommend(*, idle=None, false_util=None, rightsizing=None, mig=None, prices=None,
-              window_hours: float = 168.0, hours_per_month: float = units.HOURS_PER_MONTH):
-    """Every recommendation, biggest monthly saving first; any input frame may be None or empty."""
+    ``observed_hours``: the hours of the window the store holds data for (default: the window);
+    every waste measured in the window becomes a monthly run-rate over them. ``stranded_usd``: the
+    chargeback's stranded MIG cost over the ``window_hours`` window, which caps what repacks can save
+    (None: priced from the stranded slices alone)."""
     import pandas as pd
 
-    rows = (reclaim_idle(idle, hours_per_month=hours_per_month)
-            + rightsize_mig(rightsizing, exclude=_hoarders(idle))
-            + repack_mig(mig, prices=prices, hours_per_month=hours_per_month)
-            + investigate_false_util(false_util, window_hours=window_hours, hours_per_month=hours_per_month))
+    rate = RunRate(hours=observed_hours or window_hours, hours_per_month=hours_per_month)
+    rows = (reclaim_idle(idle, rate=rate)
+            + rightsize_mig(rightsizing, exclude=_hoarders(idle), rate=rate)
+            + repack_mig(mig, prices=prices, rate=rate, stranded_usd=stranded_usd, window_hours=window_hours)
+            + investigate_false_util(false_util, rate=rate))
     frame = pd.DataFrame(rows, columns=list(COLUMNS))
-    frame["monthly_savings_usd"] = frame["monthly_savings_usd"].astype(float).round(2)
-    return frame.sort_values(["monthly_savings_usd", "id"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    for column in ("monthly_savings_usd", "monthly_waste_usd"):
+        frame[column] = frame[column].astype(float).round(2)
+    frame["counted"] = frame["counted"].astype(bool)
+    return frame.sort_values(["monthly_savings_usd", "monthly_waste_usd", "id"], ascending=[False, False, True],
+                             kind="stable").reset_index(drop=True)
+
+
+class RunRate:
+    """Waste measured over ``hours`` observed hours -> USD per month at the same rate."""
+
+    def __init__(self, *, hours: float, hours_per_month: float):
+        self.hours = max(float(hours), 1e-9)
+        self.hours_per_month = hours_per_month
+
+    def monthly(self, usd: float) -> float:
+        return usd / self.hours * self.hours_per_month
+
+    def basis(self, what: str, usd: float) -> str:
+        return (f"{what} ${usd:,.2f} over {self.hours:,.1f} observed hours, "
+                f"at that rate for {self.hours_per_month:g} h/month")
+
+
+def totals(recs) -> dict[str, float]:
+    """The figures every page quotes: counted savings, waste at stake in investigate items, all waste."""
+    if recs is None or not len(recs):
+        return {"savings": 0.0, "at_stake": 0.0, "waste": 0.0}
+    counted = recs["counted"].astype(bool)
+    return {"savings": round(float(recs["monthly_savings_usd"].sum()), 2),
+            "at_stake": round(float(recs.loc[~counted, "monthly_waste_usd"].sum()), 2),
+            "waste": round(float(recs["monthly_waste_usd"].sum()), 2)}
 
 
 def stable_id(kind: str, namespace: str | None, subject: str | None) -> str:
@@ -37,72 +79,105 @@ def stable_id(kind: str, namespace: str | None, subject: str | None) -> str:
     return hashlib.sha1(f"{kind}|{namespace or ''}|{subject or ''}".encode()).hexdigest()[:12]
 
 
-def reclaim_idle(idle, *, hours_per_month: float = units.HOURS_PER_MONTH) -> list[dict]:
-    """Hoarders still holding their GPUs: give them back. Saving = the pod's rate x its idle share, per month."""
+def reclaim_idle(idle, *, rate: RunRate) -> list[dict]:
+    """Hoarders still holding their GPUs: give them back. Saving = the run-rate of the pod's idle cost."""
     out = []
     for r in _records(idle, "hoarder"):
         if _present(r.get("end_ts")) and not r.get("reclaimable_now"):
             continue  # the pod already ended: nothing left to reclaim (chargeback still shows the waste)
-        rate = _num(r.get("usd_per_hour"))
+        hourly = _num(r.get("usd_per_hour"))
         since = r.get("idle_since")
         held = _num(r.get("max_fb_used_bytes_idle")) / units.GIB
         evidence = (f"idle {r['idle_share']:.0%} of {_num(r.get('observed_gpu_hours')):.1f} observed GPU-hours"
                     + (f"; idle since {_iso(since)}" if _present(since) else "")
-                    + f"; holds {held:.1f} GiB while idle; ${rate:.2f}/hour")
-        out.append(_row("reclaim_idle", r, evidence=evidence, savings=rate * _num(r["idle_share"]) * hours_per_month,
-                        usd_per_hour=rate, idle_since=since if _present(since) else None))
+                    + f"; holds {held:.1f} GiB while idle; ${hourly:.2f}/hour")
+        waste = _num(r.get("idle_cost_usd"))
+        gpus = _num(r.get("gpu_count"))
+        what = f"{gpus:g} GPU(s)" if gpus > 0 else "the GPU(s)"
+        out.append(_row("reclaim_idle", r, evidence=evidence, waste=rate.monthly(waste), share=1.0,
+                        basis=rate.basis("idle cost", waste),
+                        action=f"Give back {what} held idle by {_who(r)}",
+                        usd_per_hour=hourly, idle_since=since if _present(since) else None))
     return out
 
 
-def rightsize_mig(rightsizing, *, exclude: set | frozenset = frozenset()) -> list[dict]:
-    """Whole-GPU pods that fit a MIG profile (hoarders excluded: reclaim them instead)."""
+def rightsize_mig(rightsizing, *, exclude: set | frozenset = frozenset(), rate: RunRate) -> list[dict]:
+    """Whole-GPU pods that fit a MIG profile (hoarders excluded: reclaim them instead). Waste = the
+    price difference over the hours the pod was observed."""
     out = []
     for r in _records(rightsizing):
-        if (r["namespace"], r["pod"]) in exclude or _num(r.get("monthly_savings_usd")) <= 0:
+        excess = _num(r.get("current_usd_per_hour")) - _num(r.get("target_usd_per_hour"))
+        if (r["namespace"], r["pod"]) in exclude or excess <= 0:
             continue
+        waste = excess * _num(r.get("observed_seconds")) / units.SECONDS_PER_HOUR
         evidence = (f"peak memory {_num(r['peak_fb_used_bytes']) / units.GIB:.1f} GiB, SM activity p"
                     f"95 {_num(r['sm_active_quantile']):.0%}: fits {r['profile']} "
                     f"(${_num(r['current_usd_per_hour']):.2f}/h -> ${_num(r['target_usd_per_hour']):.2f}/h)")
-        out.append(_row("rightsize_mig", r, evidence=evidence, savings=_num(r["monthly_savings_usd"]),
+        out.append(_row("rightsize_mig", r, evidence=evidence, waste=rate.monthly(waste), share=1.0,
+                        basis=rate.basis("cost above the smaller profile", waste),
+                        action=f"Move {_who(r)} from a whole GPU to a {r['profile']} MIG instance",
                         target=r["profile"], usd_per_hour=_num(r["current_usd_per_hour"])))
     return out
 
 
-def repack_mig(mig, *, prices=None, hours_per_month: float = units.HOURS_PER_MONTH) -> list[dict]:
-    """MIG GPUs whose free slices are stranded and a repack exists (mig_fragmentation's repack columns)."""
+def repack_mig(mig, *, prices=None, rate: RunRate, stranded_usd: float | None = None,
+               window_hours: float = 168.0) -> list[dict]:
+    """MIG GPUs whose free slices are stranded and a repack exists (mig_fragmentation's repack columns).
+
+    Waste = the GPU's stranded slices at its price over the observed hours; where the chargeback's
+    stranded cost is given, the GPUs' wastes are scaled to sum to it (one definition of stranded).
+    Saving = the share of the stranded slices the repack frees."""
     price = {} if prices is None else dict(zip(prices["gpu_model"], prices["usd_per_gpu_hour"], strict=False))
+    stranded_rows = [r for r in _records(mig) if _num(r.get("stranded_slices")) > 0]
+    weights = {r["gpu_uuid"]: _num(r["stranded_slices"]) / mig_geometry.MEMORY_SLICES * _num(price.get(r.get("gpu_model")))
+               for r in stranded_rows}
+    # the chargeback prices stranded capacity over the whole window: compare per hour
+    scale = (stranded_usd / max(window_hours, 1e-9) / max(sum(weights.values()), 1e-9)
+             if stranded_usd is not None else 1.0)
     out = []
-    for r in _records(mig):
+    for r in stranded_rows:
         repack = r.get("repack_layout") if "repack_layout" in r else r.get("repack")
         stranded = _num(r.get("stranded_slices"))
-        if not _present(repack) or stranded <= 0 or (_present(r.get("repack_stranded_slices"))
-                                                      and _num(r["repack_stranded_slices"]) >= stranded):
+        if not _present(repack) or (_present(r.get("repack_stranded_slices"))
+                                    and _num(r["repack_stranded_slices"]) >= stranded):
             continue
         recovered = stranded - _num(r.get("repack_stranded_slices"))
-        savings = recovered / mig_geometry.MEMORY_SLICES * _num(price.get(r.get("gpu_model"))) * hours_per_month
-        evidence = f"{stranded:.0f} of {mig_geometry.MEMORY_SLICES} memory slices stranded ({r.get('instances', '')}); repack to {repack}"
-        row = _row("repack_mig", {**r, "namespace": None, "pod": None, "team": None}, evidence=evidence,
-                   savings=savings, target=repack, subject=r["gpu_uuid"])
-        out.append(row)
+        waste = weights[r["gpu_uuid"]] * rate.hours * min(scale, 1.0)
+        moves = _num(r.get("repack_moves"))
+        evidence = (f"{stranded:.0f} of {mig_geometry.MEMORY_SLICES} memory slices stranded ({r.get('instances', '')}); "
+                    f"repack to {repack}")
+        action = (f"Re-create the MIG instances of GPU {r['gpu_uuid']} on {r.get('node')} as {repack}"
+                  + (f" ({moves:.0f} instance(s) move)" if moves > 0 else "") + f", freeing {recovered:.0f} slice(s)")
+        out.append(_row("repack_mig", {**r, "namespace": None, "pod": None, "team": None}, evidence=evidence,
+                        waste=rate.monthly(waste), share=recovered / stranded,
+                        basis=rate.basis("stranded MIG capacity", waste), action=action, target=repack,
+                        subject=r["gpu_uuid"]))
     return out
 
 
-def investigate_false_util(false_util, *, window_hours: float, hours_per_month: float = units.HOURS_PER_MONTH) -> list[dict]:
-    """Pods that look busy but whose SMs idle: the gap between reported and effective is the signal."""
+def investigate_false_util(false_util, *, rate: RunRate) -> list[dict]:
+    """Pods that look busy but whose SMs idle: the gap between reported and effective is the signal.
+    The false-util cost is waste at stake, not a saving: a person must look before anything changes."""
     out = []
     for r in _records(false_util, "offender"):
         evidence = (f"reported utilization {_num(r['mean_reported']):.0%} vs effective (SM active) "
                     f"{_num(r['mean_effective']):.0%}; {_num(r['false_share']):.0%} of judged time falsely busy")
-        savings = _num(r.get("false_util_cost_usd")) / max(window_hours, 1e-9) * hours_per_month
-        out.append(_row("investigate_false_util", r, evidence=evidence, savings=savings,
+        waste = _num(r.get("false_util_cost_usd"))
+        out.append(_row("investigate_false_util", r, evidence=evidence, waste=rate.monthly(waste), share=0.0,
+                        basis=rate.basis("falsely busy cost", waste) + "; at stake, not counted as savings",
+                        action=f"Ask the owner of {_who(r)} why its GPUs report busy while the SMs idle",
                         usd_per_hour=_num(r.get("usd_per_hour"))))
     return out
 
 
-def _row(kind: str, r: dict, *, evidence: str, savings: float, subject: str | None = None, **extra) -> dict:
+def _row(kind: str, r: dict, *, evidence: str, waste: float, share: float, subject: str | None = None,
+         **extra) -> dict:
+    """One recommendation: its saving is ``share`` of the waste it addresses (never more)."""
     row = dict.fromkeys(COLUMNS)
+    counted = kind not in NOT_COUNTED
     row.update(kind=kind, namespace=r.get("namespace"), pod=r.get("pod"), team=r.get("team"), node=r.get("node"),
-               gpu_uuid=r.get("gpu_uuid"), evidence=evidence, monthly_savings_usd=savings, **extra)
+               gpu_uuid=r.get("gpu_uuid"), evidence=evidence, monthly_waste_usd=waste, counted=counted,
+               monthly_savings_usd=waste * min(max(share, 0.0), 1.0) if counted else 0.0, **extra)
     row["id"] = stable_id(kind, r.get("namespace"), subject or r.get("pod"))
     return row
 
@@ -113,6 +188,11 @@ def _records(frame, flag: str | None = None) -> list[dict]:
     if flag is not None:
         frame = frame[frame[flag].fillna(False).astype(bool)]
     return frame.to_dict("records")
+
+
+def _who(r: dict) -> str:
+    owner = f" ({r['team']})" if _present(r.get("team")) and r.get("team") != r.get("namespace") else ""
+    return f"{r.get('namespace')}/{r.get('pod')}{owner}"
 
 
 def _hoarders(idle) -> set:

@@ -115,3 +115,38 @@ def test_false_share_is_zero_when_judged_and_unknown_when_not():
     assert pd.isna(frame.loc["blind", "false_share"]) and not frame.loc["blind", "effective_known"]
     assert frame.loc["false", "false_share"] == 1 and frame.loc["false", "offender"]
     assert frame.loc["false", "false_util_gpu_hours"] == pytest.approx(10 / 60)
+
+
+def test_savings_never_exceed_the_observed_waste_they_remove(sample, outputs):
+    """docs/architecture.md#savings, checked against the analyses' own waste figures (not the
+    recommendations' columns): per kind, the monthly savings are at most the run-rate of the waste."""
+    from gpuwatch.findings import observed_hours
+
+    con, params = sample
+    recs, idle, charge = outputs["recommendations"], outputs["idle_hoarding"], outputs["chargeback"]
+    hours = observed_hours(analyses.run(con, "data_coverage"), params["start"], params["end"])
+    window = (params["end"] - params["start"]).total_seconds() / 3600
+    monthly = 730.0 / hours
+    by_kind = recs.groupby("kind")["monthly_savings_usd"].sum()
+    assert (recs["monthly_savings_usd"] <= recs["monthly_waste_usd"] + 0.005).all()
+    hoarders = idle[idle["hoarder"].fillna(False).astype(bool)]
+    assert 0 < by_kind["reclaim_idle"] <= hoarders["idle_cost_usd"].sum() * monthly + 0.01
+    assert by_kind.get("repack_mig", 0) <= charge.loc[charge["kind"] == "stranded", "cost_usd"].sum() / window * 730 + 0.01
+    assert by_kind["investigate_false_util"] == 0  # at stake, not counted
+    pods = charge[charge["kind"] == "team"]
+    assert recs["monthly_savings_usd"].sum() <= (pods["idle_usd"].sum() + pods["productive_usd"].sum()) * monthly
+
+
+def test_windows_holding_the_same_data_give_the_same_savings(sample):
+    """A 7-day and a 14-day window ending at the same time over 7 days of data: same recommendations."""
+    from datetime import timedelta
+
+    from gpuwatch.analyses import params as defaults
+    from gpuwatch.findings import findings
+
+    con, params = sample
+    week = findings(con, params, only=("recommendations",))["recommendations"]
+    wider = defaults.params(params["end"] - timedelta(days=14), params["end"])
+    fortnight = findings(con, wider, only=("recommendations",))["recommendations"]
+    columns = ["id", "monthly_savings_usd", "monthly_waste_usd", "basis"]
+    pd.testing.assert_frame_equal(week[columns], fortnight[columns])

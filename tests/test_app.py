@@ -173,19 +173,17 @@ def test_chargeback_page_warns_about_unpriced_gpus(tmp_path, monkeypatch):
 
 
 def test_recommendations_page_totals_savings(sample_db, window, monkeypatch):
-    from gpuwatch import analyses, recommendations
+    from gpuwatch.findings import findings
+    from gpuwatch.recommendations import totals
 
     con, params = window
-    frames = {n: analyses.run(con, n, **params) for n in ("idle_hoarding", "false_utilization", "rightsizing",
-                                                         "mig_fragmentation", "prices")}
-    recs = recommendations.recommend(
-        idle=frames["idle_hoarding"], false_util=frames["false_utilization"], rightsizing=frames["rightsizing"],
-        mig=frames["mig_fragmentation"], prices=frames["prices"],
-        window_hours=(params["end"] - params["start"]).total_seconds() / 3600,
-        hours_per_month=params["hours_per_month"])
+    recs = findings(con, params, only=("recommendations",))["recommendations"]
     assert len(recs) > 0
     at = open_page(sample_db, "recommendations", monkeypatch)
-    assert metric(at, "Monthly savings") == money(recs["monthly_savings_usd"].sum())
+    assert metric(at, "Monthly savings") == money(totals(recs)["savings"])
+    assert metric(at, "Investigate: waste at stake") == money(totals(recs)["at_stake"]) + "/month"
+    shown = at.dataframe[0].value
+    assert list(shown.columns[:5]) == ["Action", "Team", "Monthly savings", "Monthly waste", "Evidence"]
     assert [b.label for b in at.get("download_button")] == ["Download recommendations.csv"]
 
 

@@ -1,4 +1,4 @@
-"""Recommendations: what to do about the waste, with evidence and monthly savings; filter and download."""
+"""Recommendations: what to do about the waste, who owns it, what it saves and why; filter and download."""
 
 from __future__ import annotations
 
@@ -9,21 +9,36 @@ import ui
 ctx = ui.current()
 st.title("Recommendations")
 ui.window_caption(ctx)
-st.caption("From gpuwatch.recommendations: reclaim idle hoarders, right-size or repack MIG, investigate "
-           "false utilization. Savings are monthly (hourly saving × 730 h).")
 frame = ui.for_teams(ctx, ui.recommendation_frame(ctx))
-kinds = sorted(frame["kind"].dropna().unique())
-picked = st.multiselect("Kind", kinds, key="recs_kind", placeholder="All kinds")
-shown = frame[frame["kind"].isin(picked)] if picked else frame
-cols = st.columns(2)
-cols[0].metric("Recommendations", f"{len(shown)}")
-cols[1].metric("Monthly savings", ui.money(shown["monthly_savings_usd"].sum()))
+st.caption(f"Monthly savings = the run-rate of the waste each action removes, as observed in this window "
+           f"({ui.observed_hours_text(ctx)}), × 730 h; never more than that waste. *Investigate* items carry "
+           "the waste at stake and are not counted as savings: a person must look first.")
+KINDS = {"reclaim_idle": "Give back idle GPUs", "rightsize_mig": "Right-size to a MIG instance",
+         "repack_mig": "Repack MIG instances", "investigate_false_util": "Investigate false utilization"}
+frame = frame.assign(what=frame["kind"].map(KINDS).fillna(frame["kind"]))
+picked = st.multiselect("Kind", sorted(frame["what"].unique()), key="recs_kind", placeholder="All kinds")
+shown = frame[frame["what"].isin(picked)] if picked else frame
+total = ui.recommendation_totals(shown)
+cols = st.columns(3)
+cols[0].metric("Recommendations", f"{len(shown):,}")
+cols[1].metric("Monthly savings", ui.money(total["savings"]), help="Counted actions only (reclaim, right-size, repack).")
+cols[2].metric("Investigate: waste at stake", ui.money(total["at_stake"]) + "/month",
+               help="False-utilization cost at its observed run-rate: not counted as savings.")
 if not shown.empty:
-    chart = alt.Chart(shown).mark_bar().encode(
-        x=alt.X("sum(monthly_savings_usd):Q", title="monthly savings (USD)"),
-        y=alt.Y("kind:N", sort="-x", title=None, axis=alt.Axis(labelLimit=240)),
-        color=alt.Color("kind:N", legend=None),
-        tooltip=["kind:N", "count():Q", alt.Tooltip("sum(monthly_savings_usd):Q", format="$,.2f")],
+    by_kind = shown.groupby("what", as_index=False).agg(savings=("monthly_savings_usd", "sum"),
+                                                        waste=("monthly_waste_usd", "sum"), n=("id", "count"))
+    long = by_kind.melt(id_vars=["what", "n"], value_vars=["savings", "waste"], var_name="figure", value_name="usd")
+    chart = alt.Chart(long).mark_bar().encode(
+        x=alt.X("usd:Q", title="USD per month", axis=alt.Axis(format="$,.0f", tickMinStep=1)),
+        y=alt.Y("what:N", sort="-x", title=None, axis=alt.Axis(labelLimit=320)),
+        yOffset=alt.YOffset("figure:N", sort=["waste", "savings"]),
+        color=alt.Color("figure:N", sort=["waste", "savings"], title=None,
+                        scale=alt.Scale(domain=["waste", "savings"], range=["#f9a825", "#2e7d32"]),
+                        legend=alt.Legend(orient="top")),
+        tooltip=["what:N", "figure:N", alt.Tooltip("n:Q", title="actions"), alt.Tooltip("usd:Q", format="$,.2f")],
     )
-    st.altair_chart(chart, width="stretch", height=40 * len(kinds) + 60)
-ui.table(shown, "recommendations", empty="Nothing to recommend for this window and these filters.")
+    st.altair_chart(chart, width="stretch", height=52 * len(by_kind) + 90)
+ui.table(shown.drop(columns=["what"]), "recommendations",
+         columns={"action": "Action", "team": "Team", "monthly_savings_usd": "Monthly savings",
+                  "monthly_waste_usd": "Monthly waste", "evidence": "Evidence", "basis": "Basis"},
+         empty="Nothing to recommend for this window and these filters.")

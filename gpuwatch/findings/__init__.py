@@ -21,7 +21,8 @@ ALL = ("utilization", "idle_hoarding", "false_utilization", "mig_fragmentation",
 NEEDS: dict[str, dict[str, str]] = {
     "chargeback": {"fragmentation": "mig_fragmentation"},
     "recommendations": {"idle": "idle_hoarding", "false_util": "false_utilization", "rightsizing": "rightsizing",
-                        "mig": "mig_fragmentation", "prices": "prices"},
+                        "mig": "mig_fragmentation", "prices": "prices", "chargeback": "chargeback",
+                        "coverage": "data_coverage"},
 }
 Runner = Callable[..., Any]
 
@@ -57,6 +58,24 @@ def order(names: Iterable[str]) -> list[str]:
     return out
 
 
-def _recommend(params: dict[str, Any], **frames: Any):
+def observed_hours(coverage: Any, start: Any, end: Any) -> float | None:
+    """Hours of [start, end) the store holds samples for (first sample .. one step past the last), or
+    None when unknown (no coverage frame or no samples)."""
+    import pandas as pd
+
+    if coverage is None or not len(coverage) or pd.isna(coverage.iloc[0]["first_ts"]):
+        return None
+    row = coverage.iloc[0]
+    step = pd.Timedelta(seconds=float(row["step_seconds"]) if pd.notna(row["step_seconds"]) else 0.0)
+    low, high = max(pd.Timestamp(start), pd.Timestamp(row["first_ts"])), min(pd.Timestamp(end), pd.Timestamp(row["last_ts"]) + step)
+    return max((high - low).total_seconds() / 3600, 0.0) or None
+
+
+def _recommend(params: dict[str, Any], *, chargeback: Any = None, coverage: Any = None, **frames: Any):
     hours = (params["end"] - params["start"]).total_seconds() / 3600
-    return recommendations.recommend(**frames, window_hours=hours, hours_per_month=params["hours_per_month"])
+    stranded = None
+    if chargeback is not None and len(chargeback):
+        stranded = float(chargeback.loc[chargeback["kind"] == "stranded", "cost_usd"].sum())
+    return recommendations.recommend(**frames, stranded_usd=stranded, window_hours=hours,
+                                     observed_hours=observed_hours(coverage, params["start"], params["end"]),
+                                     hours_per_month=params["hours_per_month"])

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpuwatch import analyses, store, units
+from gpuwatch import analyses, recommendations, store, units
 from gpuwatch.analyses import chargeback
 from gpuwatch.analyses import params as defaults
 from gpuwatch.findings import csvfile, findings
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         write_csvs(results, Path(args.out), data_as_of=data_as_of(con, end))
     if args.format == "table":
-        print(summary(results, start=start, end=end))
+        print(summary(results, start=start, end=end, hours_per_month=params["hours_per_month"]))
     return 0
 
 
@@ -90,7 +90,7 @@ def data_as_of(con: Any, end: datetime) -> str | None:
     return None if last is None else min(last, end).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def summary(results: dict, *, start: datetime, end: datetime) -> str:
+def summary(results: dict, *, start: datetime, end: datetime, hours_per_month: float = units.HOURS_PER_MONTH) -> str:
     """A readable plain-text summary of the headline numbers."""
     lines = [f"gpuwatch analysis {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC"]
     charge = results.get("chargeback")
@@ -110,10 +110,12 @@ def summary(results: dict, *, start: datetime, end: datetime) -> str:
         lines.append(f"MIG: {int(mig['stranded_slices'].sum())} stranded memory slices on {len(mig)} MIG GPUs")
     recs = results.get("recommendations")
     if recs is not None and len(recs):
-        lines.append(f"recommendations: {len(recs)}, ${recs['monthly_savings_usd'].sum():,.2f}/month; top 5:")
+        total = recommendations.totals(recs)
+        lines.append(f"recommendations: {len(recs)}, savings ${total['savings']:,.2f}/month "
+                     f"(run-rate of the waste observed in the window, x {hours_per_month:g} h/month); "
+                     f"investigate: ${total['at_stake']:,.2f}/month at stake, not counted; top 5:")
         for _, r in recs.head(5).iterrows():
-            lines.append(f"  [{r['kind']}] {r['namespace'] or r['node']}/{r['pod'] or r['gpu_uuid']}: "
-                         f"${r['monthly_savings_usd']:,.2f}/month - {r['evidence']}")
+            lines.append(f"  ${r['monthly_savings_usd']:,.2f}/month - {r['action']} - {r['evidence']}")
     return "\n".join(lines)
 
 

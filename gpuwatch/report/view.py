@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from gpuwatch import mig as mig_geometry
+from gpuwatch import recommendations
 from gpuwatch.analyses import chargeback
 from gpuwatch.report import charts
 
@@ -145,7 +146,8 @@ def _findings(data, *, team: str | None) -> dict:
     hoarders = idle[idle["hoarder"].fillna(False).astype(bool)].nlargest(TOP, "idle_cost_usd")
     false = pick(data.frames["false_utilization"])
     offenders = false[false["offender"].fillna(False).astype(bool)].nlargest(TOP, "false_util_cost_usd")
-    recs = pick(data.frames["recommendations"]).sort_values("monthly_savings_usd", ascending=False)
+    recs = pick(data.frames["recommendations"]).sort_values(["monthly_savings_usd", "monthly_waste_usd"],
+                                                            ascending=False, kind="stable")
     reclaim = pick(data.frames["reclaim_audit"])
     mig = data.frames["mig_fragmentation"] if team is None else data.frames["mig_fragmentation"].iloc[0:0]
     return {
@@ -158,7 +160,7 @@ def _findings(data, *, team: str | None) -> dict:
             ("false_util_cost_usd", "Cost", True))],
         "mig": mig.to_dict("records"), "mig_total": _mig_total(mig),
         "recommendations": recs.head(2 * TOP).to_dict("records"),
-        "savings": cents(recs["monthly_savings_usd"]) if len(recs) else 0.0,
+        "savings": recommendations.totals(recs)["savings"], "at_stake": recommendations.totals(recs)["at_stake"],
         "reclaim": reclaim.to_dict("records"), "reclaim_summary": _reclaim_summary(reclaim),
     }
 
