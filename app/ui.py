@@ -8,6 +8,7 @@ The app presents; it does not compute. Numbers come from ``gpuwatch.analyses`` a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import os
 import sys
@@ -95,6 +96,16 @@ def chargeback(ctx: Context) -> pd.DataFrame:
     """The chargeback analysis from the findings assembly (handed the cached mig_fragmentation frame
     the MIG and Recommendations pages use too, so the placement search runs once per window)."""
     return _findings(ctx, "chargeback")
+
+
+def previous_chargeback(ctx: Context) -> pd.DataFrame | None:
+    """The chargeback of the period of the same length just before the window, or None when the data
+    does not cover all of it (a partial period would make every change look like a drop)."""
+    length = ctx.end - ctx.start
+    first = _analysis(ctx.db, ctx.mtime, "data_coverage", ()).at[0, "first_ts"]
+    if pd.isna(first) or pd.Timestamp(first) > pd.Timestamp(ctx.start - length):
+        return None
+    return chargeback(dataclasses.replace(ctx, start=ctx.start - length, end=ctx.start))
 
 
 CHARGEBACK_PROBLEMS = chargeback_analysis.PROBLEMS  # rows with GPU-hours and no cost

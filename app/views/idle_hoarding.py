@@ -23,10 +23,16 @@ for col, (column, label) in zip(filters, (("namespace", "Namespace"), ("node", "
         if picked:
             shown = shown[shown[column].astype(str).isin(picked)]
 
-cols = st.columns(3)
-cols[0].metric("Hoarding pods", f"{int(shown['hoarder'].fillna(False).astype(bool).sum())}")
-cols[1].metric("Idle GPU-hours", f"{shown['idle_gpu_hours'].sum():,.1f}")
-cols[2].metric("Idle cost", ui.money(shown["idle_cost_usd"].sum()))
+hoarding = shown[shown["hoarder"].fillna(False).astype(bool)]
+charge = ui.chargeback(ctx)
+cols = st.columns(4)
+cols[0].metric("Hoarding pods", f"{len(hoarding):,}")
+cols[1].metric("Idle GPU-hours" + (" (hoarders)" if hoarders_only else " (shown pods)"), f"{shown['idle_gpu_hours'].sum():,.1f}")
+cols[2].metric("Idle (hoarders)", ui.money(hoarding["idle_cost_usd"].sum()),
+               help="The idle cost of the hoarding pods shown (the filters above apply).")
+cols[3].metric("Idle (all pods)", ui.money(ui.for_teams(ctx, charge[charge["kind"] == "team"])["idle_usd"].sum()),
+               help="Every allocated pod's idle time, as Fleet and Chargeback show it (the team filter applies, "
+                    "the filters above do not).")
 
 if not shown.empty:
     top = shown.nlargest(20, "idle_cost_usd")
@@ -38,5 +44,8 @@ if not shown.empty:
     ).properties(title="Top idle cost")
     st.altair_chart(chart, width="stretch", height=24 * len(top) + 80)
 ui.table(shown.sort_values("idle_cost_usd", ascending=False), "idle_hoarding",
+         columns={"namespace": "Namespace", "pod": "Pod", "team": "Team", "idle_cost_usd": "Idle cost",
+                  "idle_share": "Idle share", "idle_since": "Idle since", "reclaimable_now": "Reclaimable now",
+                  "max_fb_used_bytes_idle": "Memory held idle", "usd_per_hour": "$ per hour"},
          empty="No idle hoarding in this window for the selected teams and filters — nothing is sitting "
                "on an idle GPU.")

@@ -144,18 +144,10 @@ over_allocated AS (
     FROM per_pod WHERE over_gpu_hours > 0
     GROUP BY team, namespace
 ),
-gpus AS (
-    -- the GPU's model is its whole-GPU row's (an instance row naming another model does not reprice it)
-    SELECT d.node, d.gpu_uuid, coalesce(min(d.gpu_model) FILTER (WHERE d.mig_gi_id IS NULL), min(d.gpu_model)) AS gpu_model,
-           sum(d.usd_per_hour) FILTER (WHERE d.mig_gi_id IS NOT NULL) AS instances_usd_per_hour,
-           bool_or(d.mig_gi_id IS NOT NULL) AS mig
-    FROM stg_devices d
-    GROUP BY d.node, d.gpu_uuid
-),
 priced AS (
-    SELECT g.*, p.usd_per_gpu_hour * (epoch($end::TIMESTAMP) - epoch($start::TIMESTAMP)) / 3600.0 AS window_usd,
+    SELECT g.*, g.usd_per_gpu_hour * (epoch($end::TIMESTAMP) - epoch($start::TIMESTAMP)) / 3600.0 AS window_usd,
            (epoch($end::TIMESTAMP) - epoch($start::TIMESTAMP)) / 3600.0 AS window_hours
-    FROM gpus g LEFT JOIN stg_prices p ON p.model_key = model_key(g.gpu_model)
+    FROM stg_gpus g
 ),
 fleet AS (
     SELECT 'fleet' AS kind, NULL AS team, NULL AS namespace, sum(window_hours) FILTER (WHERE window_usd IS NOT NULL),

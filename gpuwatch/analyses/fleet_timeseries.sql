@@ -1,8 +1,12 @@
 -- Fleet over time: GPUs allocated-busy, allocated-idle and unallocated per bucket, reported vs effective utilization, and cost.
 -- params: $start, $end (timestamps, window [start, end)), $bucket_seconds (seconds), $idle_below (ratio)
--- columns: scope, bucket_start, gpus, allocated_busy_gpus, allocated_idle_gpus, unallocated_gpus, reported_util, effective_util, cost_usd, busy_cost_usd, idle_cost_usd, unallocated_cost_usd
+-- columns: scope, bucket_start, gpus, allocated_busy_gpus, allocated_idle_gpus, unallocated_gpus, reported_util, effective_util, cost_usd, busy_cost_usd, idle_cost_usd, unallocated_cost_usd, fleet_gpus, fleet_cost_usd, not_sampled_gpus, not_sampled_cost_usd
 -- scope 'bucket' rows: one per bucket (buckets start at $start); one scope 'window' row: the whole
 -- window's totals (bucket_start = $start), from the same scan.
+-- fleet_gpus / fleet_cost_usd: every GPU in stg_gpus (priced ones for the cost) over the bucket's
+-- part of the window, the chargeback's fleet cost definition, so the window row's fleet_cost_usd
+-- is chargeback's fleet cost; not_sampled_* = fleet minus what the samples cover (scrape gaps,
+-- MIG capacity no instance holds), so a chart stacking the parts totals the fleet.
 -- Each sample stands for stg_samples.gpu_share of a GPU (a MIG instance its slices / 7, a
 -- time-sliced replica its share) at stg_samples.usd_per_hour. GPU counts are bucket averages
 -- (share x step / bucket length); utilizations are share-weighted means over allocated samples.
@@ -27,8 +31,6 @@ classified AS (
 grouped AS (
     SELECT CASE WHEN grouping(c.bucket) = 1 THEN 'window' ELSE 'bucket' END AS scope,
            $start::TIMESTAMP + to_seconds(coalesce(c.bucket, 0) * $bucket_seconds) AS bucket_start,
-           CASE WHEN grouping(c.bucket) = 1 THEN epoch($end::TIMESTAMP) - epoch($start::TIMESTAMP)
-                ELSE $bucket_seconds END AS span_seconds,
            any_value(step.seconds) AS step_seconds,
            sum(weight) AS w, sum(weight) FILTER (WHERE allocated AND NOT idle) AS w_busy,
            sum(weight) FILTER (WHERE idle) AS w_idle, sum(weight) FILTER (WHERE NOT allocated) AS w_free,
@@ -41,6 +43,26 @@ grouped AS (
     FROM classified c CROSS JOIN step
     GROUP BY GROUPING SETS ((c.bucket), ())
 ),
+fleet AS (
+    SELECT count(*) AS gpus, sum(usd_per_gpu_hour) AS usd_per_hour FROM stg_gpus
+),
+all_buckets AS (
+    -- every bucket of the window, sampled or not (the fleet costs money in a bucket without samples);
+    -- the window row only when the window has samples at all
+    SELECT 'bucket' AS scope, $start::TIMESTAMP + to_seconds(b * $bucket_seconds) AS bucket_start
+    FROM range(0, CAST(ceil((epoch($end::TIMESTAMP) - epoch($start::TIMESTAMP)) / $bucket_seconds) AS BIGINT)) t(b)
+    WHERE EXISTS (SELECT 1 FROM grouped WHERE w IS NOT NULL)
+    UNION ALL
+    SELECT scope, bucket_start FROM grouped WHERE scope = 'window' AND w IS NOT NULL
+),
+filled AS (
+    SELECT a.scope, a.bucket_start,
+           CASE WHEN a.scope = 'window' THEN epoch($end::TIMESTAMP) - epoch($start::TIMESTAMP)
+                ELSE $bucket_seconds END AS span_seconds,
+           coalesce(g.step_seconds, 0) AS step_seconds, coalesce(g.w, 0) AS w, g.w_busy, g.w_idle, g.w_free,
+           g.reported_sum, g.reported_w, g.effective_sum, g.effective_w, g.usd, g.usd_busy, g.usd_idle, g.usd_free
+    FROM all_buckets a LEFT JOIN grouped g USING (scope, bucket_start)
+),
 final AS (
     SELECT scope, bucket_start,
            w * step_seconds / span_seconds AS gpus,
@@ -52,8 +74,12 @@ final AS (
            coalesce(usd, 0) * step_seconds / 3600.0 AS cost_usd,
            coalesce(usd_busy, 0) * step_seconds / 3600.0 AS busy_cost_usd,
            coalesce(usd_idle, 0) * step_seconds / 3600.0 AS idle_cost_usd,
-           coalesce(usd_free, 0) * step_seconds / 3600.0 AS unallocated_cost_usd
-    FROM grouped
-    WHERE w IS NOT NULL
+           coalesce(usd_free, 0) * step_seconds / 3600.0 AS unallocated_cost_usd,
+           fleet.gpus AS fleet_gpus,
+           coalesce(fleet.usd_per_hour, 0) * covered_seconds / 3600.0 AS fleet_cost_usd,
+           fleet_gpus - gpus AS not_sampled_gpus,
+           fleet_cost_usd - cost_usd AS not_sampled_cost_usd
+    FROM (SELECT *, least(span_seconds, epoch($end::TIMESTAMP) - epoch(bucket_start)) AS covered_seconds FROM filled)
+    CROSS JOIN fleet
 )
 SELECT * FROM final ORDER BY scope, bucket_start

@@ -71,6 +71,22 @@ final AS (
 )
 SELECT * FROM final;
 
+-- Physical GPUs: one row per (node, gpu_uuid), its model (the whole-GPU row's: an instance row naming
+-- another model does not reprice it) and price per GPU-hour (NULL = unpriced); the fleet every
+-- page counts and prices (chargeback's fleet cost, Fleet's GPUs and cost per bucket).
+CREATE OR REPLACE VIEW stg_gpus AS
+WITH gpus AS (
+    SELECT d.node, d.gpu_uuid, coalesce(min(d.gpu_model) FILTER (WHERE d.mig_gi_id IS NULL), min(d.gpu_model)) AS gpu_model,
+           sum(d.usd_per_hour) FILTER (WHERE d.mig_gi_id IS NOT NULL) AS instances_usd_per_hour,
+           bool_or(d.mig_gi_id IS NOT NULL) AS mig
+    FROM stg_devices d
+    GROUP BY d.node, d.gpu_uuid
+),
+final AS (
+    SELECT g.*, p.usd_per_gpu_hour FROM gpus g LEFT JOIN stg_prices p ON p.model_key = model_key(g.gpu_model)
+)
+SELECT * FROM final;
+
 -- Pods: one allocation per (namespace, pod) (the latest start wins), its team and what it costs.
 CREATE OR REPLACE VIEW stg_pods AS
 WITH raw AS (
