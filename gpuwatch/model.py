@@ -24,6 +24,8 @@ BUNDLE_COLUMNS: dict[str, tuple[str, ...]] = {
         "priority_class", "start_ts", "end_ts", "gpu_resource", "gpu_count", "device_ids",
     ),
     "prices": ("gpu_model", "usd_per_gpu_hour"),
+    # namespace -> team for pods without a team label; ``namespace`` may be a glob (``nlp-*``)
+    "teams": ("namespace", "team"),
 }
 
 # Columns of the simulator's ground truth (not part of the bundle contract; analyses never read it).

@@ -1,7 +1,7 @@
 -- Chargeback: what each team's GPU allocations cost, split into productive, false-util, idle and unobserved time, plus the fleet's unallocated and stranded cost.
 -- params: $start, $end (timestamps, window [start, end)), $idle_below (ratio), $false_reported_min (ratio), $false_effective_below (ratio); optional finisher param fragmentation (mig_fragmentation's frame, to reuse)
 -- columns: kind, team, namespace, gpu_hours, cost_usd, productive_usd, false_util_usd, idle_usd, unobserved_usd, pods, share_of_fleet, fleet_cost_usd
--- docs/architecture.md#finding-semantics. Team = the pod's `team` label, else its namespace. A pod's allocated cost is its
+-- docs/architecture.md#finding-semantics. Team = the pod's team label, else its namespace's team (teams file), else its namespace. A pod's allocated cost is its
 -- allocation time in the window (pods file) x its price (MIG: compute slices / 7 of the GPU unless a
 -- "<model>/<profile>" price row exists; time-sliced: gpu_count), or its observed samples when the
 -- pods file lacks it. Observed time splits into idle / false-util / productive (same tests as

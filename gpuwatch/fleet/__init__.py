@@ -19,9 +19,10 @@ from gpuwatch.fleet.catalog import (
     TEAMS,
     Fleet,
     Segment,
+    notebooks_namespace,
 )
 from gpuwatch.fleet.readings import iter_samples, readings_at, signals
 
 __all__ = ["DEFAULT_START", "GPU_SPECS", "MIG_LAYOUTS", "MIG_PROFILES", "NODE_ROLES", "PCI_BUSES",
            "PRICES_USD_PER_GPU_HOUR", "SIGNALS", "TEAMS", "Fleet", "Segment", "build_fleet", "iter_samples",
-           "readings_at", "signals"]
+           "notebooks_namespace", "readings_at", "signals"]

@@ -18,6 +18,7 @@ from gpuwatch.fleet.catalog import (
     TEAMS,
     Fleet,
     Segment,
+    notebooks_namespace,
 )
 from gpuwatch.model import Device, Pod
 
@@ -185,7 +186,7 @@ class _Builder:
         n = len(self.pods)
         if kind == "notebook":
             user = ("alice", "bob", "chen", "dana", "eve", "farid", "gita", "hugo")[n % 8]
-            return "research-notebooks" if team == "research" else f"{team}-notebooks", "Notebook", f"{user}-nb{n}", ""
+            return notebooks_namespace(team), "Notebook", f"{user}-nb{n}", ""
         if kind == "inference":
             kind_ = "StatefulSet" if n % 7 == 0 else "Deployment"
             return namespaces[-1], kind_, f"{team}-serve-{n}", "production-critical"

@@ -45,6 +45,11 @@ TEAMS = {"nlp": ("nlp-train", "nlp-serving"), "vision": ("vision",), "recsys": (
          "research": ("research-notebooks",), "platform": ("ml-platform",)}
 
 
+def notebooks_namespace(team: str) -> str:
+    """Where a team's notebooks run (research's only namespace is its notebooks one)."""
+    return "research-notebooks" if team == "research" else f"{team}-notebooks"
+
+
 PCI_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 
 

@@ -45,12 +45,13 @@ def run(args: argparse.Namespace) -> int:
 
 def write_bundle(fleet: workloads.Fleet, out: Path, *, step: float = 60.0, fmt: str = "parquet",
                  small_fmt: str | None = None) -> dict[str, int]:
-    """Write devices, pods, prices, samples and truth.csv for ``fleet``; returns rows per file."""
+    """Write devices, pods, prices, teams, samples and truth.csv for ``fleet``; returns rows per file."""
     import pandas as pd
 
     out.mkdir(parents=True, exist_ok=True)
     small_fmt = small_fmt or fmt
-    small = {"devices": devices_frame(fleet), "pods": pods_frame(fleet, fmt=small_fmt), "prices": prices_frame()}
+    small = {"devices": devices_frame(fleet), "pods": pods_frame(fleet, fmt=small_fmt), "prices": prices_frame(),
+             "teams": teams_frame()}
     for name, frame in small.items():
         _write_small(frame, out / f"{name}.{small_fmt}")
     pd.DataFrame(fleet.truth, columns=list(TRUTH_COLUMNS)).to_csv(out / "truth.csv", index=False)
@@ -92,6 +93,15 @@ def prices_frame():
     import pandas as pd
 
     return pd.DataFrame(sorted(workloads.PRICES_USD_PER_GPU_HOUR.items()), columns=list(BUNDLE_COLUMNS["prices"]))
+
+
+def teams_frame():
+    """Each team's namespaces (its notebooks namespace too), for pods that carry no team label."""
+    import pandas as pd
+
+    rows = [(namespace, team) for team, namespaces in sorted(workloads.TEAMS.items())
+            for namespace in (*namespaces, workloads.notebooks_namespace(team))]
+    return pd.DataFrame(sorted(set(rows)), columns=list(BUNDLE_COLUMNS["teams"]))
 
 
 def sample_batches(fleet: workloads.Fleet, *, step: float, rows: int = ROW_GROUP_ROWS):

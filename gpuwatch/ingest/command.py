@@ -7,6 +7,7 @@ and .prom files are read by gpuwatch.ingest's readers.
 from __future__ import annotations
 
 import argparse
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "profile>' row prices that profile), loaded after --from so they win; 'list' = also use "
                              "gpuwatch's shipped, dated list prices for models the cluster has no price for "
                              "(repeatable)")
+    parser.add_argument("--teams", action="append", default=[], metavar="FILE",
+                        help="namespace -> team (CSV/Parquet: namespace, team; a namespace may be a glob such as "
+                             "'nlp-*'), for pods without a team label; loaded after --from (repeatable)")
+    parser.add_argument("--team-label", default="team", metavar="KEY",
+                        help="Prometheus: the pod label that names the team (kube-state-metrics must export it: "
+                             "--metric-labels-allowlist=pods=[KEY]; default: %(default)s)")
     parser.add_argument("--link", action="store_true",
                         help="bundle DIR with Parquet samples: query the Parquet files where they are instead of "
                              "copying them (large fleets; the files must stay there)")
@@ -38,27 +45,43 @@ def run(args: argparse.Namespace) -> int:
     flags = {"start": units.parse_utc(args.start, what="--start") if args.start else None,
              "end": units.parse_utc(args.end, what="--end") if args.end else None,
              "step": units.parse_duration(args.step, what="--step"),
-             "at": units.parse_utc(args.at, what="--at") if args.at else None}
-    if args.source is None and not args.prices:
-        raise units.UsageError("--from: required (or --prices alone, to load prices only)")
+             "at": units.parse_utc(args.at, what="--at") if args.at else None,
+             "team_label": check_label(args.team_label)}
+    if args.source is None and not (args.prices or args.teams):
+        raise units.UsageError("--from: required (or --prices / --teams alone, to load only those)")
     if args.source is not None:
         check_source(args.source)  # flags and sources are checked before the store is created or opened
     check_prices(args.prices)
+    check_files(args.teams, flag="--teams", what="a namespace,team CSV/Parquet")
     con = store.connect(args.db)
     try:
         if args.link:
             counts = store.link_bundle(con, args.source)
-            if args.prices:
-                store.load(con, {}, source="--prices", prices=args.prices)
+            if args.prices or args.teams:
+                store.load(con, {}, source="--prices/--teams", prices=args.prices, teams=args.teams)
         elif args.source is None:
-            counts = store.load(con, {}, source="--prices", prices=args.prices)
+            counts = store.load(con, {}, source="--prices/--teams", prices=args.prices, teams=args.teams)
         else:
-            counts = ingest(con, args.source, prices=args.prices, **flags)
+            counts = ingest(con, args.source, prices=args.prices, teams=args.teams, **flags)
         print(f"loaded into {args.db}: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()))
         print_prices(con)
     finally:
         con.close()
     return 0
+
+
+def check_files(files: list[str], *, flag: str, what: str) -> None:
+    """Every file exists: a DataError names the flag and the one that does not."""
+    for item in files:
+        if not Path(item).is_file():
+            raise units.DataError(f"{flag} {item}: no such file ({what})")
+
+
+def check_label(key: str) -> str:
+    """A Kubernetes label key (optional DNS prefix, then a name of alphanumerics, '-', '_', '.')."""
+    if not re.fullmatch(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", key or ""):
+        raise units.UsageError(f"--team-label: {key!r} is not a Kubernetes label key (e.g. team or example.com/team)")
+    return key
 
 
 def check_prices(prices: list[str]) -> None:
@@ -83,18 +106,19 @@ def check_source(source: str) -> None:
 
 
 def ingest(con: Any, source: str, *, start: datetime | None = None, end: datetime | None = None, step: float = 60.0,
-           at: datetime | None = None, now: datetime | None = None, prices: list[str] = ()) -> dict[str, int]:
+           at: datetime | None = None, now: datetime | None = None, prices: list[str] = (), teams: list[str] = (),
+           team_label: str = "team") -> dict[str, int]:
     """Load ``source`` (bundle dir, prometheus:// URL or .prom file); returns rows per table."""
     if _is_url(source):
         end_at = end or (now or datetime.now(UTC)).replace(tzinfo=None)
         start_at = start or end_at - timedelta(days=7)
-        frames = prometheus.fetch(source, start=start_at, end=end_at, step=step)
-        return store.load(con, frames, source=source, window=(start_at, end_at), prices=prices)
+        frames = prometheus.fetch(source, start=start_at, end=end_at, step=step, team_label=team_label)
+        return store.load(con, frames, source=source, window=(start_at, end_at), prices=prices, teams=teams)
     path = Path(source)
     if path.is_file() and path.suffix in (".prom", ".txt", ".metrics"):
         frames = promfile.read_file(path, at=at)
-        return store.load(con, frames, source=str(path), prices=prices)
-    return store.load_bundle(con, path, progress=None, prices=prices)
+        return store.load(con, frames, source=str(path), prices=prices, teams=teams)
+    return store.load_bundle(con, path, progress=None, prices=prices, teams=teams)
 
 
 def _is_url(source: str) -> bool:

@@ -68,6 +68,12 @@ def pods_frame(samples, series: list, ctx, *, mig_uuids: dict):
     return nones(frame.astype({"gpu_count": float}), *text)
 
 
+def ksm_label(key: str) -> str:
+    """The label kube-state-metrics gives pod label ``key`` on kube_pod_labels: ``label_`` + the key with
+    every character outside [a-zA-Z0-9_] as ``_`` (``team.example.com/owner`` -> ``label_team_example_com_owner``)."""
+    return "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)
+
+
 def _absorb(row: dict, name: str, labels, value: float, ctx, mig_uuids: dict) -> None:
 
     if name == "kube_pod_info":
@@ -76,7 +82,7 @@ def _absorb(row: dict, name: str, labels, value: float, ctx, mig_uuids: dict) ->
     elif name == "kube_pod_owner" and first(labels, "owner_kind") not in (None, "<none>"):
         row.update(owner_kind=labels["owner_kind"], owner_name=first(labels, "owner_name"))
     elif name == "kube_pod_labels":
-        row["team"] = first(labels, f"label_{ctx.team_label}")
+        row["team"] = first(labels, ksm_label(ctx.team_label))
     elif name == "kube_pod_container_resource_requests" and (labels.get("resource") or "").startswith("nvidia"):
         key = (resource_name(labels["resource"]), labels.get("container"))
         row["requests"][key] = value

@@ -28,29 +28,31 @@ LIST_PRICES = "list"
 LIST_PRICES_FILE = Path(__file__).with_name("list_prices.csv")
 # Upsert keys; NULL MIG ids compare equal (IS NOT DISTINCT FROM).
 KEYS = {"devices": ("node", "gpu_uuid", "mig_gi_id"), "pods": ("namespace", "pod", "pod_uid"),
-        "prices": ("gpu_model",)}
+        "prices": ("gpu_model",), "teams": ("namespace",)}
 
 
 def load(con: Any, frames: dict, *, source: str, window: tuple[datetime, datetime] | None = None,
-         prices: Sequence[str | Path] = ()) -> dict[str, int]:
+         prices: Sequence[str | Path] = (), teams: Sequence[str | Path] = ()) -> dict[str, int]:
     """Check and load ``frames`` (bundle name -> DataFrame) in one transaction; rows per table.
 
     ``window`` is what the reader asked for (Prometheus' query range), recorded in ingest_log.
     ``prices``: price files loaded in the same transaction, after the frames (so they win), and/or
-    ``LIST_PRICES`` (the shipped list prices, used only for models with no price of the cluster's)."""
+    ``LIST_PRICES`` (the shipped list prices, used only for models with no price of the cluster's).
+    ``teams``: namespace -> team files (bundle file ``teams``), loaded the same way."""
     for name in frames:
         check_bundle_name(name, file=f"{source}:{name}")
     parts = {name: ([lambda c, f=frame, label=f"{source}:{name}": _frame_view(c, f, label=label)], f"{source}:{name}")
              for name, frame in frames.items()}
-    return _load(con, parts, source=source, window=window, prices=prices)
+    return _load(con, parts, source=source, window=window, prices=prices, teams=teams)
 
 
 def load_bundle(con: Any, path: str | Path, *, window: tuple[datetime, datetime] | None = None,
-                progress: bool | None = False, prices: Sequence[str | Path] = ()) -> dict[str, int]:
+                progress: bool | None = False, prices: Sequence[str | Path] = (),
+                teams: Sequence[str | Path] = ()) -> dict[str, int]:
     """Load a bundle directory (any subset of its files); DuckDB checks, types and inserts it."""
     files = bundle.find_files(path)
     parts = {name: (bundle.parts(file), str(file)) for name, file in files.items()}
-    return _load(con, parts, source=str(path), window=window, prices=prices)
+    return _load(con, parts, source=str(path), window=window, prices=prices, teams=teams)
 
 
 def link_bundle(con: Any, path: str | Path) -> dict[str, int]:
@@ -80,7 +82,7 @@ def link_bundle(con: Any, path: str | Path) -> dict[str, int]:
 
 
 def _load(con: Any, parts: dict[str, tuple[Iterator, str]], *, source: str, window,
-          prices: Sequence[str | Path] = ()) -> dict[str, int]:
+          prices: Sequence[str | Path] = (), teams: Sequence[str | Path] = ()) -> dict[str, int]:
     counts = dict.fromkeys(BUNDLE_COLUMNS, 0)
     with _transaction(con):
         for name, (pieces, file) in parts.items():
@@ -92,6 +94,8 @@ def _load(con: Any, parts: dict[str, tuple[Iterator, str]], *, source: str, wind
             else:
                 counts["prices"] += sum(_insert_part(con, "prices", part, file=str(item))
                                         for part in bundle.parts(Path(item)))
+        for item in teams:
+            counts["teams"] += sum(_insert_part(con, "teams", part, file=str(item)) for part in bundle.parts(Path(item)))
         if "samples" in parts:
             _check_not_linked(con)
             pieces, file = parts["samples"]

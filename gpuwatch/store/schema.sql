@@ -56,6 +56,13 @@ CREATE TABLE IF NOT EXISTS prices (
     usd_per_gpu_hour DOUBLE NOT NULL
 );
 
+-- Namespace -> team for pods without a team label (stg_pods); `namespace` may be a glob (`nlp-*`):
+-- an exact name wins over a glob, a longer glob over a shorter one.
+CREATE TABLE IF NOT EXISTS teams (
+    namespace VARCHAR NOT NULL,
+    team VARCHAR NOT NULL
+);
+
 -- Reference list prices (gpuwatch/store/list_prices.csv, dated), copied in by `ingest --prices list`:
 -- they price only models the cluster's own prices do not (stg_prices), and say so wherever they apply.
 CREATE TABLE IF NOT EXISTS list_prices (

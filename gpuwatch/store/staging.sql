@@ -87,6 +87,14 @@ final AS (
 )
 SELECT * FROM final;
 
+-- Namespace -> team (the teams file): an exact name wins over a glob, a longer glob over a shorter one;
+-- NULL when no row matches.
+CREATE OR REPLACE MACRO namespace_team(ns) AS (
+    SELECT arg_max(trim(t.team), (trim(t.namespace) = ns, length(trim(t.namespace)), t.team))
+    FROM teams t
+    WHERE ns GLOB trim(t.namespace) AND nullif(trim(t.team), '') IS NOT NULL
+);
+
 -- Pods: one allocation per (namespace, pod) (the latest start wins), its team and what it costs.
 CREATE OR REPLACE VIEW stg_pods AS
 WITH raw AS (
@@ -100,8 +108,9 @@ device_model AS (
 ),
 shaped AS (
     SELECT r.* EXCLUDE (team),
-           -- chargeback key: the pod's `team` label, else its namespace (docs/architecture.md#finding-semantics)
-           coalesce(nullif(trim(r.team), ''), r.namespace) AS team,
+           -- chargeback key: the pod's `team` label, else its namespace's team (teams file), else the
+           -- namespace (docs/architecture.md#finding-semantics)
+           coalesce(nullif(trim(r.team), ''), namespace_team(r.namespace), r.namespace) AS team,
            greatest(coalesce(len(string_split(nullif(r.device_ids, ''), ',')), 0), 1) AS device_count,
            -- capacity the allocation can hold: its listed devices, else its node's GPUs (unknown: no cap)
            least(CASE WHEN nullif(r.device_ids, '') IS NOT NULL THEN len(string_split(r.device_ids, ',')) END,
@@ -183,7 +192,8 @@ WITH streams AS (
 final AS (
     SELECT s.stream_id, s.node, s.gpu_uuid, s.mig_gi_id, s.namespace, s.pod,
            s.gpu_uuid || coalesce('/' || s.mig_gi_id, '') AS device_key,
-           p.team,
+           -- a pod outside the pods file still gets its namespace's team (analyses fall back to the namespace)
+           coalesce(p.team, namespace_team(s.namespace)) AS team,
            CAST(coalesce(p.gpu_equivalents / p.device_count, d.gpu_share, 1.0) AS DOUBLE) AS gpu_share,
            CAST(coalesce(p.usd_per_hour / p.device_count, d.usd_per_hour) AS DOUBLE) AS usd_per_hour,
            -- a dense pod number, for analyses that need every row of a pod together (quantiles)

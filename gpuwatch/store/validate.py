@@ -19,6 +19,7 @@ REQUIRED = {
     "samples": ("ts", "node", "gpu_uuid"),
     "pods": ("namespace", "pod", "gpu_count"),
     "prices": ("gpu_model", "usd_per_gpu_hour"),
+    "teams": ("namespace", "team"),
 }
 TIMESTAMPS = {"samples": ("ts",), "pods": ("start_ts", "end_ts")}
 INTEGERS = {
