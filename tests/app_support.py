@@ -72,6 +72,58 @@ def load_hostile(path: Path) -> Path:
     return path
 
 
+WORDS = ("computer-vision-research", "nlp", "recommendation-systems-platform", "ads", "speech-and-audio",
+         "robotics-simulation", "search-ranking", "fraud")
+
+
+def team_names(n: int) -> list[str]:
+    """``n`` team names, short and long (the longest ones test label space)."""
+    return [f"{WORDS[i % len(WORDS)]}-{i:02d}" for i in range(n)]
+
+
+def _frames() -> dict:
+    import pandas as pd
+
+    from gpuwatch.store import bundle
+
+    return {name: pd.read_parquet(file) if file.suffix == ".parquet" else pd.read_csv(file)
+            for name, file in bundle.find_files(sample_bundle()).items() if name != "truth"}
+
+
+def load_many_teams(path: Path, *, teams: int) -> Path:
+    """sample_data with every pod labelled with one of ``teams`` team names (spread evenly)."""
+    from gpuwatch import store
+
+    frames = _frames()
+    frames.pop("teams", None)
+    pods = frames["pods"].sort_values(["namespace", "pod"]).reset_index(drop=True)
+    names = team_names(teams)
+    pods["team"] = [names[i % teams] for i in range(len(pods))]
+    frames["pods"] = pods
+    con = store.connect(str(path))
+    store.load(con, frames, source=f"{teams} teams")
+    con.close()
+    return path
+
+
+def load_one_pod(path: Path) -> Path:
+    """sample_data cut down to one pod on one GPU (its device rows and samples only): one row everywhere."""
+    from gpuwatch import store
+
+    frames = _frames()
+    pods = frames["pods"]
+    pod = pods[(pods["owner_kind"] == "Notebook") & (pods["gpu_count"] == 1)].sort_values("pod").iloc[[0]]
+    samples = frames["samples"]
+    mine = samples[(samples["namespace"] == pod["namespace"].iloc[0]) & (samples["pod"] == pod["pod"].iloc[0])]
+    gpus = set(mine["gpu_uuid"])
+    frames = {"pods": pod, "samples": mine, "prices": frames["prices"],
+              "devices": frames["devices"][frames["devices"]["gpu_uuid"].isin(gpus)]}
+    con = store.connect(str(path))
+    store.load(con, frames, source="one pod")
+    con.close()
+    return path
+
+
 def add_audit_rows(path: Path, rows: list[dict]) -> None:
     """Append reclaim_audit rows the way the reclaim controller would (a plain INSERT)."""
     import pandas as pd

@@ -192,9 +192,61 @@ def test_hostile_names_escaped_store_untouched_reclaim_listed(tmp_path):
     assert "bob-nb2-0" in evil_page and "alice-nb1-0" not in evil_page  # a team sees its own decisions
 
 
+def test_a_week_without_data_is_refused_and_nothing_is_written(sample_db, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert cli.main(["report", "weekly", "--db", str(sample_db), "--out", str(out), "--week", "2026-W50"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "2026-W50: samples cover 0.0% of the fleet's GPU-hours" in err
+    assert "--min-coverage 0.5" in err and not out.exists()
+
+
+def test_a_thin_week_is_marked_when_allowed(sample_db, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert cli.main(["report", "weekly", "--db", str(sample_db), "--out", str(out), "--week", "2026-W47",
+                     "--min-coverage", "0"]) == 0
+    assert "thin data: samples cover 0.0%" in capsys.readouterr().out
+    html = (out / "fleet.html").read_text()
+    assert "Thin data: samples cover only 0.0 %" in html and 'id="coverage"' in html
+
+
+def test_the_coverage_line_and_the_thresholds_are_on_every_page(report):
+    for page in report.glob("*.html"):
+        text = skeleton(page.read_text())
+        assert "Coverage: samples cover 99.1% of the fleet's GPU-hours (64 GPUs × the week)" in text, page.name
+        assert "Thin data" not in text, page.name  # 99.1 % is well covered
+
+
+def test_chargeback_csv_has_the_period_rates_and_gpu_hours_on_every_row(report, chargeback):
+    csv = pd.read_csv(report / "chargeback.csv")
+    assert list(csv.columns[:3]) == ["period", "period_start", "period_end"]
+    assert set(csv["period"]) == {WEEK} and set(csv["period_start"]) == {"2026-11-09T00:00:00Z"}
+    assert set(csv["period_end"]) == {"2026-11-16T00:00:00Z"}
+    priced = csv[~csv["kind"].isin(["unpriced", "unpriced_capacity", "over_allocated"])]
+    assert (priced["gpu_hours"] > 0).all()  # unallocated and stranded rows too
+    # every GPU-hour of the fleet is on exactly one row: 64 GPUs x 168 h
+    assert round(priced["gpu_hours"].sum(), 3) == 64 * 168
+    rate = priced["cost_usd"] / priced["gpu_hours"]
+    assert (abs(priced["usd_per_gpu_hour"] - rate) < 1e-3).all()
+    stranded = csv[csv["kind"] == "stranded"].iloc[0]
+    assert stranded["usd_per_gpu_hour"] == 4.1  # stranded MIG capacity is on H100s
+    prices = pd.read_csv(report / "prices.csv")
+    assert set(prices["gpu_model"]) == {"NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"}
+
+
+def test_fleet_and_team_pages_link_each_other(report):
+    from gpuwatch.report.weekly import slug
+
+    fleet = (report / "fleet.html").read_text()
+    for page in report.glob("team-*.html"):
+        assert f'href="{page.name}"' in fleet, page.name
+        assert 'href="fleet.html"' in page.read_text(), page.name
+    assert "team-research" in fleet and f'href="team-{slug("research")}.html">research</a>' in fleet
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--week", "2026-W99"], "does not exist"),
     (["--week", "last week"], "not an ISO week"),
+    (["--min-coverage", "1.5"], "--min-coverage: '1.5' is not a ratio 0-1"),
 ])
 def test_bad_week_is_refused(sample_db, tmp_path, capsys, argv, message):
     assert cli.main(["report", "weekly", "--db", str(sample_db), "--out", str(tmp_path), *argv]) == 2

@@ -23,15 +23,20 @@ def finish(con: Any, frame, params: dict):
     fleet_row = frame[frame["kind"] == "fleet"].iloc[0]
     fleet = float(fleet_row["amount_usd"])
     teams = frame[frame["kind"] == "team"].reset_index(drop=True)
-    stranded = stranded_usd(con, frame[frame["kind"] == "mig_free"], params)
+    stranded, stranded_hours = stranded_usd(con, frame[frame["kind"] == "mig_free"], params)
     allocated = float(teams[list(PARTS)].to_numpy().sum()) if len(teams) else 0.0
     unallocated = fleet - allocated - stranded
     leaves = [float(x) for x in teams[list(PARTS)].to_numpy().ravel()] + [unallocated, stranded]
     cents = largest_remainder(leaves, total=fleet)
     teams[list(PARTS)] = [[c / 100 for c in cents[i * 4:(i + 1) * 4]] for i in range(len(teams))] or None
+    # GPU-hours on every row: the fleet's priced GPU-hours less the teams' and the stranded ones
+    fleet_hours = float(fleet_row["gpu_hours"] or 0.0)
+    unallocated_hours = max(fleet_hours - float(teams["gpu_hours"].sum()) - stranded_hours, 0.0)
     extra = pd.DataFrame([
-        {"kind": "unallocated", "team": "(unallocated)", "namespace": "", "cost_usd": cents[-2] / 100, "pods": 0},
-        {"kind": "stranded", "team": "(stranded MIG)", "namespace": "", "cost_usd": cents[-1] / 100, "pods": 0},
+        {"kind": "unallocated", "team": "(unallocated)", "namespace": "", "cost_usd": cents[-2] / 100, "pods": 0,
+         "gpu_hours": unallocated_hours},
+        {"kind": "stranded", "team": "(stranded MIG)", "namespace": "", "cost_usd": cents[-1] / 100, "pods": 0,
+         "gpu_hours": stranded_hours},
     ])
     teams["cost_usd"] = [sum(cents[i * 4:(i + 1) * 4]) / 100 for i in range(len(teams))]
     out = pd.concat([teams, extra, problems(frame)], ignore_index=True)
@@ -77,22 +82,24 @@ def warnings(charge) -> list[str]:
     return out
 
 
-def stranded_usd(con: Any, mig_free, params: dict) -> float:
-    """Cost of MIG capacity that is free but cannot hold any instance (mig_fragmentation's stranded slices).
+def stranded_usd(con: Any, mig_free, params: dict) -> tuple[float, float]:
+    """Cost and GPU-hours of MIG capacity that is free but cannot hold any instance (mig_fragmentation's
+    stranded slices).
 
     ``params["fragmentation"]``, when given, is mig_fragmentation's result for the same window
     (a caller that already has it saves running the placement search twice).
     """
 
     if not len(mig_free) or "mig_fragmentation" not in analyses.names():
-        return 0.0  # no MIG GPUs, or the fragmentation analysis is not installed: nothing to strand
+        return 0.0, 0.0  # no MIG GPUs, or the fragmentation analysis is not installed: nothing to strand
     frag = params.get("fragmentation")
     if frag is None:
         frag = analyses.run(con, "mig_fragmentation", **{k: v for k, v in params.items() if k != "fragmentation"})
     joined = mig_free.merge(frag[["node", "gpu_uuid", "free_slices", "stranded_slices"]], on=["node", "gpu_uuid"])
     free = joined["free_slices"].astype(float)
     share = (joined["stranded_slices"].astype(float) / free.where(free > 0)).fillna(0.0).clip(0.0, 1.0)
-    return float((joined["amount_usd"].astype(float) * share).sum())
+    return (float((joined["amount_usd"].astype(float) * share).sum()),
+            float((joined["gpu_hours"].astype(float).fillna(0.0) * share).sum()))
 
 
 # Above this many dollars a float no longer holds whole cents (2**53 cents): such an amount is bad data

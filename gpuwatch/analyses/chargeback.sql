@@ -161,7 +161,10 @@ unpriced_capacity AS (
 ),
 mig_free AS (
     -- a MIG GPU's capacity that no instance holds (GPU price minus its instances' prices)
-    SELECT 'mig_free' AS kind, NULL, NULL, 0.0, 0.0, 0.0, 0.0, 0.0, 0, node, gpu_uuid,
+    -- (its GPU-hours: that amount at the GPU's price)
+    SELECT 'mig_free' AS kind, NULL, NULL,
+           greatest(window_usd - coalesce(instances_usd_per_hour, 0) * window_hours, 0) / nullif(usd_per_gpu_hour, 0),
+           0.0, 0.0, 0.0, 0.0, 0, node, gpu_uuid,
            greatest(window_usd - coalesce(instances_usd_per_hour, 0) * window_hours, 0) AS amount_usd
     FROM priced WHERE mig
 ),

@@ -45,12 +45,15 @@ def _previous(data):
     return prev if data.previous_covered else prev.iloc[0:0]
 
 
-def fleet_view(data) -> dict:
-    """The fleet page: spend by team, fleet-level waste (unallocated, stranded), every finding."""
+def fleet_view(data, *, links: dict[str, str] | None = None) -> dict:
+    """The fleet page: spend by team (each linked to its page), fleet-level waste (unallocated,
+    stranded), every finding."""
     everything, prev = data.frames["chargeback"], _previous(data)
     # unpriced use and capped excess carry GPU-hours but no dollars: warned about, not totalled
     charge, prev = (f[~f["kind"].isin(chargeback.PROBLEMS)] for f in (everything, prev))
     rows = _spend_rows(charge[charge["kind"] == "team"], prev[prev["kind"] == "team"], by="team")
+    for row in rows:
+        row["link"] = (links or {}).get(row["name"])
     for kind in ("unallocated", "stranded"):
         rows.append(_row(charge[charge["kind"] == kind]["team"].iloc[0] if (charge["kind"] == kind).any() else kind,
                          charge[charge["kind"] == kind], prev[prev["kind"] == kind]))
@@ -87,7 +90,7 @@ def _common(data, *, title: str, fleet: bool, charge, prev, rows, parts, breakdo
     previous = cents(prev["cost_usd"]) if data.previous_covered else None
     waste = sum(p["usd"] for p in parts if p["name"] in ("idle", "false-util", "unallocated", "stranded"))
     return {
-        "prices": _prices(data),
+        "prices": _prices(data), "coverage": _coverage(data),
         "scope_title": title, "fleet": fleet, "week": data.week, "previous": data.week.previous(),
         "complete": data.complete, "db_name": data.db_name, "breakdown_label": breakdown,
         "thresholds": sorted(data.thresholds.items()),
@@ -95,6 +98,18 @@ def _common(data, *, title: str, fleet: bool, charge, prev, rows, parts, breakdo
                   "waste": round(waste, 2), "gpu_hours": float(charge["gpu_hours"].sum()), "rows": rows},
         "waste": {"parts": parts, "total": total},
     }
+
+
+def _coverage(data) -> dict:
+    """The coverage line every page shows, and whether the week is marked as thinly covered."""
+    from gpuwatch.report.weekly import WELL_COVERED
+
+    cov = data.coverage
+    unobserved = cov["unobserved_usd"] / cov["spend_usd"] if cov["spend_usd"] else 0.0
+    text = (f"Coverage: samples cover {cov['sampled']:.1%} of the fleet's GPU-hours ({cov['gpus']:,.0f} GPUs × the week); "
+            f"allocated time without samples ('unobserved', billed from the pods' allocation intervals) is "
+            f"{cov['unobserved_usd']:,.2f} USD, {unobserved:.1%} of the teams' spend")
+    return {"text": text, "low": cov["sampled"] < WELL_COVERED, "sampled": cov["sampled"]}
 
 
 def _prices(data) -> list[str]:
@@ -115,7 +130,7 @@ def _spend_rows(charge: pd.DataFrame, prev: pd.DataFrame, *, by: str) -> list[di
 def _row(name: str, now: pd.DataFrame, before: pd.DataFrame) -> dict:
     total, previous = cents(now["cost_usd"]), (cents(before["cost_usd"]) if len(before) else None)
     return {"name": name, "gpu_hours": float(now["gpu_hours"].sum()), "total": total, "previous": previous,
-            "change": _change(total, previous)}
+            "change": _change(total, previous), "link": None}
 
 
 def _change(now: float, before: float | None) -> float | None:

@@ -21,6 +21,11 @@ from gpuwatch.report import isoweek as weeks
 from gpuwatch.report import render, view
 from gpuwatch.report.isoweek import Week
 
+# A week whose samples cover less than this share of the fleet's GPU-hours is not billed (the report
+# refuses it, exit 1; `report weekly --min-coverage` changes it); below WELL_COVERED it is marked.
+MIN_COVERAGE = 0.5
+WELL_COVERED = 0.95
+
 
 @dataclass
 class WeekData:
@@ -32,6 +37,18 @@ class WeekData:
     db_name: str
     thresholds: dict[str, float]
     frames: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def coverage(self) -> dict[str, float]:
+        """How much of the week the data covers: ``sampled`` = sampled GPU-hours / the fleet's GPU-hours
+        (0 without samples), ``gpus`` in the fleet, ``unobserved_usd`` = allocated cost with no samples."""
+        window = self.frames["fleet_window"]
+        fleet = float(window["fleet_gpus"].iloc[0]) if len(window) else 0.0
+        sampled = float(window["gpus"].iloc[0]) / fleet if len(window) and fleet else 0.0
+        charge = self.frames["chargeback"]
+        teams = charge[charge["kind"] == "team"]
+        return {"sampled": sampled, "gpus": fleet, "unobserved_usd": round(float(teams["unobserved_usd"].sum()), 2),
+                "spend_usd": round(float(teams["cost_usd"].sum()), 2)}
 
 
 def gather(con: Any, week: Week, *, db_name: str, complete: bool = True,
@@ -50,7 +67,7 @@ def gather(con: Any, week: Week, *, db_name: str, complete: bool = True,
     first = coverage.at[0, "first_ts"] if len(coverage) else None
     previous_covered = first is not None and not _missing(first) and first.to_pydatetime() <= last["start"]
     daily = analyses.run(con, "fleet_timeseries", bucket_seconds=86400, **this)
-    frames["daily"] = daily[daily["scope"] == "bucket"]
+    frames["daily"], frames["fleet_window"] = daily[daily["scope"] == "bucket"], daily[daily["scope"] == "window"]
     frames["prices"] = store.price_coverage(con)
     return WeekData(week=week, complete=complete, previous_covered=previous_covered, db_name=db_name,
                     thresholds=limits, frames=frames)
@@ -67,22 +84,36 @@ def slug(team: str) -> str:
 
 
 def write(data: WeekData, out: Path, *, version: str) -> list[Path]:
-    """Write ``fleet.html``, ``team-<slug>.html`` per team and ``chargeback.csv`` into ``out``."""
+    """Write ``fleet.html``, ``team-<slug>.html`` per team (linked both ways), ``chargeback.csv`` (with
+    the period and each row's rate) and ``prices.csv`` (the price applied per GPU model) into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    fleet = view.fleet_view(data)
+    links = {team: f"team-{slug(team)}.html" for team in view.teams(data)}
+    fleet = view.fleet_view(data, links=links)
     (out / "fleet.html").write_text(render.page(fleet, version=version), encoding="utf-8")
     written.append(out / "fleet.html")
-    for team in view.teams(data):
-        path = out / f"team-{slug(team)}.html"
+    for team, name in links.items():
+        path = out / name
         path.write_text(render.page(view.team_view(data, team), version=version), encoding="utf-8")
         written.append(path)
-    csv = out / "chargeback.csv"
-    charge = data.frames["chargeback"]
-    money = {c: 2 for c in charge.columns if c.endswith("_usd")}  # cents, as the analysis rounded them
-    csvfile.to_csv(charge.round({**dict.fromkeys(charge.select_dtypes("float").columns, 6), **money}), csv)
-    written.append(csv)
+    written.append(write_chargeback(data, out / "chargeback.csv"))
+    csvfile.to_csv(data.frames["prices"], out / "prices.csv")
+    written.append(out / "prices.csv")
     return written
+
+
+def write_chargeback(data: WeekData, path: Path) -> Path:
+    """The chargeback rows as finance reads them: the period first, GPU-hours and cost, and the rate
+    (cost / GPU-hours: the blended USD per GPU-hour the row was billed at; empty without GPU-hours)."""
+    charge = data.frames["chargeback"]
+    hours = charge["gpu_hours"].astype(float)
+    rows = charge.assign(usd_per_gpu_hour=(charge["cost_usd"] / hours.where(hours > 0)).round(4))
+    rows.insert(0, "period_end", data.week.end)
+    rows.insert(0, "period_start", data.week.start)
+    rows.insert(0, "period", data.week.label)
+    money = {c: 2 for c in rows.columns if c.endswith("_usd")}  # cents, as the analysis rounded them
+    csvfile.to_csv(rows.round({**dict.fromkeys(rows.select_dtypes("float").columns, 6), **money}), path)
+    return path
 
 
 def default_week(coverage: Any) -> tuple[Week, bool]:
