@@ -23,9 +23,10 @@ PAGES = (
     ("mig.py", "MIG", ":material/grid_view:"),
     ("chargeback.py", "Chargeback", ":material/payments:"),
     ("recommendations.py", "Recommendations", ":material/savings:"),
+    ("gpu.py", "GPU drill-down", ":material/memory:"),
     ("reclaim_audit.py", "Reclaim audit", ":material/history:"),
 )
-FLEET_WIDE = ("fleet.py", "mig.py")  # whole-fleet pages: not part of a team view
+FLEET_WIDE = ("fleet.py", "mig.py", "gpu.py")  # whole-fleet pages: not part of a team view
 
 
 def main() -> None:

@@ -179,16 +179,41 @@ def open_db(path: str) -> tuple[float, pd.DataFrame] | None:
     return mtime, coverage
 
 
+PRESETS = ("Last 24 hours", "Last 7 days", "Last 30 days", "Month to date", "All data", "Custom days")
+
+
+def preset_window(preset: str, first: dt.datetime, last: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
+    """[start, end) of a time-range preset, relative to the data's end (the hour after its last sample),
+    not the wall clock: a store of last month's data still shows its own last 7 days. A start before
+    the data's first hour is moved up to it (the fleet is not billed for time the store knows nothing of)."""
+    end = analysis_params.window(last)[1]
+    lengths = {"Last 24 hours": dt.timedelta(hours=24), "Last 7 days": dt.timedelta(days=7),
+               "Last 30 days": dt.timedelta(days=30)}
+    if preset == "Month to date":
+        start = (end - dt.timedelta(microseconds=1)).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    elif preset in lengths:
+        start = end - lengths[preset]
+    else:  # all data
+        start = first
+    return max(start, first.replace(minute=0, second=0, microsecond=0)), end
+
+
 def sidebar(path: str, mtime: float, coverage: pd.DataFrame, allowed: tuple[str, ...] | None = None) -> Context:
     """The global time-range and team filters; their state survives page switches."""
     first = pd.Timestamp(coverage.at[0, "first_ts"]).to_pydatetime()
     last = pd.Timestamp(coverage.at[0, "last_ts"]).to_pydatetime()
     st.sidebar.caption(f"Data: {first:%Y-%m-%d %H:%M} → {last:%Y-%m-%d %H:%M} UTC")
-    picked = st.sidebar.date_input("Time range (UTC days)", value=(first.date(), last.date()),
-                                   min_value=first.date(), max_value=last.date(), key="gw_range")
-    lo, hi = (picked if isinstance(picked, tuple | list) and len(picked) == 2 else (first.date(), last.date()))
-    start = dt.datetime.combine(lo, dt.time())
-    end = dt.datetime.combine(hi, dt.time()) + dt.timedelta(days=1)
+    preset = st.sidebar.selectbox("Time range", PRESETS, index=1, key="gw_preset",
+                                  help="Relative to the end of the data (not today): the analyzer's default window is "
+                                       "the last 7 days.")
+    if preset == "Custom days":
+        picked = st.sidebar.date_input("Days (UTC)", value=(first.date(), last.date()),
+                                       min_value=first.date(), max_value=last.date(), key="gw_range")
+        lo, hi = (picked if isinstance(picked, tuple | list) and len(picked) == 2 else (first.date(), last.date()))
+        start = dt.datetime.combine(lo, dt.time())
+        end = dt.datetime.combine(hi, dt.time()) + dt.timedelta(days=1)
+    else:
+        start, end = preset_window(preset, first, last)
     team_names = sorted(_analysis(path, mtime, "teams", ())["team"].dropna().unique())
     if allowed is not None:  # a team view: the other teams are not offered, and "none picked" = all of these
         team_names = [t for t in team_names if t in allowed]
@@ -271,6 +296,29 @@ def table(frame: pd.DataFrame, name: str, *, empty: str, columns: dict[str, str]
                        mime="text/csv", key=f"csv_{name}")
 
 
+def gpu_names(frame: pd.DataFrame) -> dict[str, str]:
+    """gpu_uuid -> "node · GPU <index>" (the UUID's head where the index is unknown): what people call a GPU."""
+    rows = frame.drop_duplicates("gpu_uuid")
+    index = rows["gpu_index"] if "gpu_index" in rows else pd.Series([None] * len(rows), index=rows.index)
+    return {u: f"{n} · GPU {int(i)}" if pd.notna(i) else f"{n} · {str(u)[:12]}"
+            for u, n, i in zip(rows["gpu_uuid"], rows["node"], index, strict=True)}
+
+
+def holders(series: pd.DataFrame) -> pd.DataFrame:
+    """Each pod that held a GPU in a gpu_timeseries frame: first and last bucket it was seen in, and in how many."""
+    rows = series.assign(holder=series["holders"].fillna("").str.split(", ")).explode("holder")
+    rows = rows[rows["holder"].fillna("") != ""]
+    return (rows.groupby("holder", as_index=False)
+            .agg(first=("bucket_start", "min"), last=("bucket_start", "max"), buckets=("bucket_start", "count"))
+            .sort_values(["first", "holder"]))
+
+
+def slice_spans(slices: pd.DataFrame) -> dict[tuple[str, str, str], str]:
+    """(layout, gpu_uuid, instance) -> "slices 4–7": the memory slices each instance covers in mig_layout."""
+    spans = slices.dropna(subset=["instance"]).groupby(["layout", "gpu_uuid", "instance"])["slice"].agg(["min", "max"])
+    return {key: f"slice {lo}" if lo == hi else f"slices {lo}–{hi}" for key, (lo, hi) in spans.iterrows()}
+
+
 def money(value: float) -> str:
     """USD for a metric tile."""
     return f"${value:,.2f}"
@@ -279,5 +327,5 @@ def money(value: float) -> str:
 def window_caption(ctx: Context) -> None:
     # team names are data: never into markdown (they could carry links or HTML); the sidebar shows them
     teams = f"{len(ctx.teams)} team(s) selected in the sidebar" if ctx.teams else "all teams"
-    st.caption(f"Window {ctx.start:%Y-%m-%d} → {ctx.end:%Y-%m-%d} (UTC, end exclusive) · {teams} · "
+    st.caption(f"Window {ctx.start:%Y-%m-%d %H:%M} → {ctx.end:%Y-%m-%d %H:%M} (UTC, end exclusive) · {teams} · "
                + price_caption(ctx))

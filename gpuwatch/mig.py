@@ -233,6 +233,18 @@ def _repack(current: Layout, weights: tuple[tuple[int, float], ...]) -> Repack:
                   unfit=tuple(k for k, _ in weights if not _placeable(best, k)))
 
 
+def moves(current: Iterable[Placement], target: Iterable[Placement]) -> tuple[tuple[Placement, Placement], ...]:
+    """Which instance goes where: (from, to) for each in-use instance of ``current`` that ``target``
+    places elsewhere. Instances at the same place stay; the others pair up per profile in slice order
+    (so the count equals Repack.moves). ``target`` must hold the same profiles as ``current``."""
+    current, target = set(current), set(target)
+    leaving = sorted(current - target, key=lambda p: (p.profile_id, p.start))
+    arriving = sorted(target - current, key=lambda p: (p.profile_id, p.start))
+    if [p.profile_id for p in leaving] != [p.profile_id for p in arriving]:
+        raise ValueError("a repack must hold the same instances as the layout it replaces")
+    return tuple(zip(leaving, arriving, strict=True))
+
+
 def best_case(profile_ids: Iterable[int], demand: Iterable[int]) -> Layout:
     """The layout of these profiles with the fewest stranded slices; ``ValueError`` if none fits."""
     demand = frozenset(demand)

@@ -24,9 +24,10 @@ def sample():
 
 
 def _extra_params(con, name: str) -> dict:
-    """Params that some (app) analyses take beyond the common ones: a bucket and one real pod."""
+    """Params that some (app) analyses take beyond the common ones: a bucket, one real pod, one real GPU."""
     ns, pod = con.execute("SELECT namespace, pod FROM stg_pods ORDER BY namespace, pod LIMIT 1").fetchone()
-    return {"bucket_seconds": 3600, "namespace": ns, "pod": pod}
+    node, gpu = con.execute("SELECT node, gpu_uuid FROM stg_gpus ORDER BY node, gpu_uuid LIMIT 1").fetchone()
+    return {"bucket_seconds": 3600, "namespace": ns, "pod": pod, "node": node, "gpu_uuid": gpu}
 
 
 @pytest.mark.parametrize("name", analyses.names())

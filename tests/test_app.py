@@ -20,7 +20,7 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
 SCRIPT = str(ROOT / "app" / "streamlit_app.py")
-PAGES = ("fleet", "idle_hoarding", "false_utilization", "mig", "chargeback", "recommendations", "reclaim_audit")
+PAGES = ("fleet", "idle_hoarding", "false_utilization", "mig", "chargeback", "recommendations", "gpu", "reclaim_audit")
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +169,16 @@ def test_mig_page_maps_every_slice(sample_db, window, monkeypatch):
     layout = analyses.run(con, "mig_layout", **params)
     at = open_page(sample_db, "mig", monkeypatch)
     assert metric(at, "MIG GPUs") == str(len(frag))
-    assert metric(at, "Stranded slices") == str(int(frag["stranded_slices"].sum()))
+    assert metric(at, "Stranded slices") == f"{int(frag['stranded_slices'].sum())} of {8 * len(frag)}"
+    # the repack's moves name the pod, the GPU (node and index, not a UUID) and the slices, from -> to
+    moves = at.dataframe[0].value
+    moved = layout[(layout["layout"] == "repack") & layout["moved_from"].notna()].drop_duplicates(["gpu_uuid", "instance"])
+    assert len(moves) == len(moved) == int(frag["repack_moves"].sum())
+    assert set(moves["Pod (namespace/pod)"]) == set(moved["namespace"] + "/" + moved["pod"])
+    assert all(g.startswith("gpu-node-002 · GPU ") for g in moves["GPU"])
+    assert "slices 0–3 → slices 4–7" in set(moves["Memory slices"])
+    assert metric(at, "Stranded cost") == money(analyses.run(con, "chargeback", **params)
+                                                .query("kind == 'stranded'")["cost_usd"].sum())
     now = layout[layout["layout"] == "current"]
     assert len(now) == 8 * len(frag)  # every slice of every MIG GPU is on the map
     # the map's stranded cells are exactly the fragmentation analysis' counts
@@ -352,3 +361,44 @@ def test_app_command_passes_the_team_view_on():
     argv = app_command.command(argparse.Namespace(db="x.duckdb", port=8600, address="127.0.0.1", team=["a", "b"],
                                                   teams_header=None))
     assert argv[argv.index("--") + 1:] == ["--db", os.path.abspath("x.duckdb"), "--team=a", "--team=b"]
+
+
+@pytest.mark.parametrize(("preset", "start", "end"), [
+    ("Last 24 hours", "2026-11-15 00:00", "2026-11-16 00:00"),
+    ("Last 7 days", "2026-11-09 00:00", "2026-11-16 00:00"),
+    ("Last 30 days", "2026-11-09 00:00", "2026-11-16 00:00"),  # the data starts on the 9th: not billed before
+    ("Month to date", "2026-11-09 00:00", "2026-11-16 00:00"),
+])
+def test_time_presets_are_relative_to_the_data_and_never_before_it(preset, start, end):
+    from app import ui
+
+    first, last = dt.datetime(2026, 11, 9, 0, 0), dt.datetime(2026, 11, 15, 23, 59)
+    assert ui.preset_window(preset, first, last) == (dt.datetime.fromisoformat(start), dt.datetime.fromisoformat(end))
+
+
+def test_the_last_24_hours_preset_prices_one_day(sample_db, monkeypatch):
+    at = open_page(sample_db, "fleet", monkeypatch)
+    at.sidebar.selectbox(key="gw_preset").set_value("Last 24 hours").run()
+    assert not at.exception
+    assert metric(at, "Fleet cost") == money(36422.40 / 7)
+
+
+def test_gpu_drill_down_shows_one_gpus_signals_and_holders(sample_db, window, monkeypatch):
+    from gpuwatch import analyses
+
+    con, params = window
+    gpus = analyses.run(con, "gpus")
+    assert len(gpus) == 64 and gpus["gpu_index"].notna().all()
+    mig = gpus[gpus["mig"]].iloc[0]
+    series = analyses.run(con, "gpu_timeseries", node=mig["node"], gpu_uuid=mig["gpu_uuid"], bucket_seconds=3600,
+                          **params)
+    at = open_page(sample_db, "gpu", monkeypatch)
+    at.selectbox(key="gpu_node").set_value(mig["node"]).run()
+    at.selectbox(key="gpu_uuid").set_value(mig["gpu_uuid"]).run()
+    assert not at.exception
+    assert metric(at, "MIG") == f"{int(mig['instances'])} instance(s)"
+    assert metric(at, "Reported util (mean)") == f"{series['reported_util'].mean():.1%}"
+    held = at.dataframe[0].value
+    expected = set(", ".join(series["holders"].dropna()).split(", ")) - {""}
+    assert set(held["Pod (namespace/pod)"]) == expected and len(expected) > 1
+    assert len(at.get("vega_lite_chart")) == 3

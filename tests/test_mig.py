@@ -184,3 +184,18 @@ def test_best_case_and_describe():
     assert mig.describe([P(19, 5), P(9, 0)], {9: "3g.40gb"}) == "3g.40gb@0,1g@5"
     with pytest.raises(ValueError, match="cannot share one GPU"):
         mig.best_case([5, 5], demand=[19])
+
+
+def test_moves_pair_what_a_repack_moves_and_keep_what_stays():
+    from gpuwatch.mig import Placement, moves, repack
+
+    one_g = 19  # 1g.10gb on an 80 GB GPU: one memory slice
+    current = [Placement(one_g, s) for s in (2, 4, 5, 6)]
+    plan = repack(current, {one_g: 1.0, 5: 1.0})  # 5 = 4g.40gb: wants slices 0-3 free or 4-7
+    pairs = moves(current, plan.layout)
+    assert len(pairs) == plan.moves
+    assert {src for src, _ in pairs} | set(plan.layout) >= set(current) - {src for src, _ in pairs}
+    assert all(src.profile_id == dst.profile_id and src != dst for src, dst in pairs)
+    assert moves(current, current) == ()
+    with pytest.raises(ValueError, match="same instances"):
+        moves(current, [Placement(one_g, 0)])

@@ -2,7 +2,8 @@
 
 States per slice: ``in use`` (an instance a pod holds), ``idle instance`` (an instance nobody
 holds), ``free`` (no instance; some demanded profile fits) and ``stranded`` (no instance and no
-demanded profile can be placed there). In-use flags, the demand mix and the repack come from
+demanded profile can be placed there). In the repack layout each instance carries the pod that
+holds it now and ``moved_from`` (its current ``name@start`` when the repack moves it; gpuwatch.mig.moves). In-use flags, the demand mix and the repack come from
 ``mig_fragmentation`` (parsed from its ``name@start`` descriptions, gpuwatch.mig.describe's
 format), so the map and the fragmentation table agree by construction.
 """
@@ -15,7 +16,8 @@ import pandas as pd
 
 from gpuwatch import analyses, mig
 
-COLUMNS = ("node", "gpu_uuid", "gpu_model", "layout", "slice", "state", "instance", "label", "namespace", "pod")
+COLUMNS = ("node", "gpu_uuid", "gpu_model", "layout", "slice", "state", "instance", "label", "namespace", "pod",
+           "moved_from", "gpu_index")
 
 
 def finish(con: Any, frame: pd.DataFrame, params: dict) -> pd.DataFrame:
@@ -38,8 +40,8 @@ def finish(con: Any, frame: pd.DataFrame, params: dict) -> pd.DataFrame:
         if summary["problem"] and pd.isna(summary["free_slices"]):
             continue  # mig_fragmentation says why (bad placement table); nothing to draw
         names = _names(gpu)
-        rows += _current(gpu, summary, names)
-        rows += _repack(gpu, summary, names)
+        current = _current(gpu, summary, names)
+        rows += current + _repack(gpu, summary, names, current)
     out = pd.DataFrame(rows, columns=list(COLUMNS))
     # the profile name on an instance's first slice only, so a map can label each instance once
     first = out["instance"].notna() & (out["slice"] == out["instance"].str.rsplit("@", n=1).str[-1].astype(float))
@@ -95,7 +97,7 @@ def _current(gpu: pd.DataFrame, summary: pd.Series, names: dict[str, int]) -> li
     holders = {(int(s), str(n)): (ns, pod) for s, n, ns, pod in
                zip(gpu["mig_placement_start"].fillna(-1), gpu["mig_profile"], gpu["namespace"], gpu["pod"], strict=True)}
     base = {"node": gpu["node"].iloc[0], "gpu_uuid": gpu["gpu_uuid"].iloc[0], "gpu_model": gpu["gpu_model"].iloc[0],
-            "layout": "current"}
+            "gpu_index": gpu["gpu_index"].iloc[0], "layout": "current", "moved_from": None}
     rows = []
     for slice_ in range(mig.MEMORY_SLICES):
         owner = next(((label, p) for label, p in layout if p.mask >> slice_ & 1), None)
@@ -111,15 +113,26 @@ def _current(gpu: pd.DataFrame, summary: pd.Series, names: dict[str, int]) -> li
     return rows
 
 
-def _repack(gpu: pd.DataFrame, summary: pd.Series, names: dict[str, int]) -> list[dict]:
+def _repack(gpu: pd.DataFrame, summary: pd.Series, names: dict[str, int], current: list[dict]) -> list[dict]:
     memory = _gpu_memory(gpu)
     layout = _parse(summary["repack_layout"], names, memory)
     stranded = set(mig.stranded_slices([p for _, p in layout], _demand(summary["demand_mix"], names, memory)))
+    in_use = _parse(summary["in_use"], names, memory)
+    holders = {r["instance"]: (r["namespace"], r["pod"]) for r in current if r["state"] == "in use"}
+    label_of = {p: label for label, p in in_use}
+    moved = {to: label_of[src] for src, to in mig.moves([p for _, p in in_use], [p for _, p in layout])}
     base = {"node": gpu["node"].iloc[0], "gpu_uuid": gpu["gpu_uuid"].iloc[0], "gpu_model": gpu["gpu_model"].iloc[0],
-            "layout": "repack"}
+            "gpu_index": gpu["gpu_index"].iloc[0], "layout": "repack"}
     rows = []
     for slice_ in range(mig.MEMORY_SLICES):
-        owner = next((label for label, p in layout if p.mask >> slice_ & 1), None)
-        state = "in use" if owner else ("stranded" if slice_ in stranded else "free")
-        rows.append({**base, "slice": slice_, "state": state, "instance": owner, "namespace": None, "pod": None})
+        owner = next(((label, p) for label, p in layout if p.mask >> slice_ & 1), None)
+        if owner is None:
+            rows.append({**base, "slice": slice_, "state": "stranded" if slice_ in stranded else "free",
+                         "instance": None, "namespace": None, "pod": None, "moved_from": None})
+            continue
+        label, placement = owner
+        source = moved.get(placement, label)  # not moved: the instance stays where it is
+        namespace, pod = holders.get(source, (None, None))
+        rows.append({**base, "slice": slice_, "state": "in use", "instance": label, "namespace": namespace, "pod": pod,
+                     "moved_from": source if placement in moved else None})
     return rows

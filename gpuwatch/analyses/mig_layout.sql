@@ -1,6 +1,6 @@
 -- MIG slice map: every MIG GPU's 8 memory slices, now and after the suggested repack (in use / idle instance / free / stranded).
 -- params: $start, $end (timestamps, window [start, end); the layout is the window's end, as in mig_fragmentation); optional finisher param fragmentation (mig_fragmentation's frame, to reuse)
--- columns: node, gpu_uuid, gpu_model, layout, slice, state, instance, label, namespace, pod
+-- columns: node, gpu_uuid, gpu_model, layout, slice, state, instance, label, namespace, pod, moved_from, gpu_index
 -- The SQL lists each MIG instance with the pod on its last sample in the window; mig_layout.py
 -- expands them to slices and takes in-use, stranded and the repack from mig_fragmentation, so
 -- the map and the fragmentation table always agree.
