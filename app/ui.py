@@ -304,6 +304,16 @@ def gpu_names(frame: pd.DataFrame) -> dict[str, str]:
             for u, n, i in zip(rows["gpu_uuid"], rows["node"], index, strict=True)}
 
 
+def top_and_rest(frame: pd.DataFrame, by: str, values: list[str], *, top: int) -> tuple[pd.DataFrame, dict | None]:
+    """``values`` summed per ``by``: the ``top`` largest (by their total), and the rest as {count, total}
+    (None when there is no rest), so a chart over 500 teams keeps readable bars and can say what it leaves out."""
+    sums = frame.groupby(by, as_index=False)[values].sum()
+    sums = sums.assign(_total=sums[values].sum(axis=1)).sort_values(["_total", by], ascending=[False, True])
+    head, rest = sums.head(top), sums.iloc[top:]
+    summary = {"count": len(rest), "total": float(rest["_total"].sum())} if len(rest) else None
+    return head.drop(columns="_total"), summary
+
+
 def holders(series: pd.DataFrame) -> pd.DataFrame:
     """Each pod that held a GPU in a gpu_timeseries frame: first and last bucket it was seen in, and in how many."""
     rows = series.assign(holder=series["holders"].fillna("").str.split(", ")).explode("holder")

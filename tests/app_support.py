@@ -81,20 +81,20 @@ def team_names(n: int) -> list[str]:
     return [f"{WORDS[i % len(WORDS)]}-{i:02d}" for i in range(n)]
 
 
-def _frames() -> dict:
+def _frames(source: Path | None = None) -> dict:
     import pandas as pd
 
     from gpuwatch.store import bundle
 
     return {name: pd.read_parquet(file) if file.suffix == ".parquet" else pd.read_csv(file)
-            for name, file in bundle.find_files(sample_bundle()).items() if name != "truth"}
+            for name, file in bundle.find_files(source or sample_bundle()).items() if name != "truth"}
 
 
-def load_many_teams(path: Path, *, teams: int) -> Path:
-    """sample_data with every pod labelled with one of ``teams`` team names (spread evenly)."""
+def load_many_teams(path: Path, *, teams: int, source: Path | None = None) -> Path:
+    """A bundle (default sample_data) with every pod labelled with one of ``teams`` team names (spread evenly)."""
     from gpuwatch import store
 
-    frames = _frames()
+    frames = _frames(source)
     frames.pop("teams", None)
     pods = frames["pods"].sort_values(["namespace", "pod"]).reset_index(drop=True)
     names = team_names(teams)
@@ -104,6 +104,15 @@ def load_many_teams(path: Path, *, teams: int) -> Path:
     store.load(con, frames, source=f"{teams} teams")
     con.close()
     return path
+
+
+def simulate(out: Path, *, gpus: int, days: int, seed: int = 3, step: int = 300) -> Path:
+    """A simulated bundle (the real `gpuwatch simulate`), e.g. for a store with hundreds of pods."""
+    from gpuwatch import cli
+
+    assert cli.main(["simulate", "--gpus", str(gpus), "--days", str(days), "--seed", str(seed), "--step", str(step),
+                     "--out", str(out)]) == 0
+    return out
 
 
 def load_one_pod(path: Path) -> Path:

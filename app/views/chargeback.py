@@ -35,23 +35,35 @@ if ctx.scope is None:
         col.metric(label, ui.money(fleet_parts.loc[fleet_parts["kind"] == kind, "cost_usd"].sum()))
 
 
-def stacked(by: str, title: str) -> alt.Chart:
+TOP = 25  # bars per chart: 500 teams stay readable (the rest are summed in the caption and listed in the table)
+
+
+def stacked(by: str, title: str) -> tuple[alt.Chart, str]:
+    """Stacked parts per ``by`` value for the TOP most costly ones; (chart, caption naming the rest)."""
+    rows, rest = ui.top_and_rest(teams, by, list(PARTS), top=TOP)
     calc = "{" + ", ".join(f"'{k}': '{v}'" for k, v in PARTS.items()) + "}[datum.column]"
-    return (
-        alt.Chart(teams).transform_fold(list(PARTS), as_=["column", "usd"]).transform_calculate(part=calc)
+    chart = (
+        alt.Chart(rows).transform_fold(list(PARTS), as_=["column", "usd"]).transform_calculate(part=calc)
         .mark_bar()
-        .encode(x=alt.X("sum(usd):Q", title="USD"), y=alt.Y(f"{by}:N", sort="-x", title=None),
-                color=alt.Color("part:N", sort=list(PARTS.values()),
+        .encode(x=alt.X("sum(usd):Q", title="USD", axis=alt.Axis(format="$,.0f")),
+                y=alt.Y(f"{by}:N", sort="-x", title=None, axis=alt.Axis(labelLimit=260)),
+                color=alt.Color("part:N", sort=list(PARTS.values()), title=None, legend=alt.Legend(orient="top"),
                                 scale=alt.Scale(domain=list(PARTS.values()), range=COLORS)),
                 tooltip=[f"{by}:N", "part:N", alt.Tooltip("sum(usd):Q", format="$,.2f")])
-        .properties(title=title)
+        # a fixed step per bar: the chart grows with its bars, never squeezes one bar to a line
+        .properties(title=title, height=alt.Step(26))
     )
+    caption = "" if rest is None else (f"Top {TOP} of {TOP + rest['count']} {by}s; the other {rest['count']} cost "
+                                       f"{ui.money(rest['total'])} (all are in the table below).")
+    return chart, caption
 
 
 if not teams.empty:
     for by, title in (("team", "By team"), ("namespace", "By namespace")):
-        # explicit element height: Streamlit's default ("content") squeezes nominal-axis charts
-        st.altair_chart(stacked(by, title), width="stretch", height=26 * teams[by].nunique() + 90)
+        chart, caption = stacked(by, title)
+        st.altair_chart(chart, width="stretch", height="content")
+        if caption:
+            st.caption(caption)
 ui.table(teams, "chargeback_teams", empty="No team allocated a GPU in this window.")
 st.subheader("Prices applied")
 st.caption("Per GPU model: the cluster's own price (bundle prices.csv, `ingest --prices FILE`, the chart's "

@@ -40,9 +40,9 @@ if not ranked.empty:
             ["reported_util", "effective_util", "tensor_active"], as_=["signal", "value"]).mark_line().encode(
             x=alt.X("bucket_start:T", title="time (UTC)"),
             y=alt.Y("value:Q", title="utilization", axis=alt.Axis(format="%")),
-            color=alt.Color("signal:N", scale=alt.Scale(range=["#1565c0", "#6a1b9a", "#00897b"]),
-                            sort=["reported_util", "effective_util", "tensor_active"]),
+            color=alt.Color("signal:N", scale=alt.Scale(range=["#1565c0", "#6a1b9a", "#00897b"]), title=None,
+                            sort=["reported_util", "effective_util", "tensor_active"], legend=alt.Legend(orient="top")),
             tooltip=["bucket_start:T", "signal:N", alt.Tooltip("value:Q", format=".1%")],
-        ).properties(height=280)
-        st.altair_chart(chart, width="stretch")
+        )
+        st.altair_chart(chart, width="stretch", height=280)
         ui.table(series, "pod_timeseries", empty="No samples.")

@@ -36,13 +36,14 @@ cols[3].metric("Idle (all pods)", ui.money(ui.for_teams(ctx, charge[charge["kind
 
 if not shown.empty:
     top = shown.nlargest(20, "idle_cost_usd")
-    chart = alt.Chart(top).mark_bar(color="#f9a825").encode(
-        x=alt.X("idle_cost_usd:Q", title="idle cost (USD)"),
-        y=alt.Y("pod:N", sort="-x", title=None),
+    chart = alt.Chart(top.assign(who=top["namespace"].astype(str) + "/" + top["pod"].astype(str))).mark_bar(
+        color="#f9a825").encode(
+        x=alt.X("idle_cost_usd:Q", title="idle cost (USD)", axis=alt.Axis(format="$,.0f")),
+        y=alt.Y("who:N", sort="-x", title=None, axis=alt.Axis(labelLimit=320)),
         tooltip=["namespace:N", "pod:N", "team:N", alt.Tooltip("idle_gpu_hours:Q", format=".1f"),
                  alt.Tooltip("idle_share:Q", format=".0%"), alt.Tooltip("idle_cost_usd:Q", format="$,.2f")],
-    ).properties(title="Top idle cost")
-    st.altair_chart(chart, width="stretch", height=24 * len(top) + 80)
+    ).properties(title=f"Top {len(top)} by idle cost", height=alt.Step(24))
+    st.altair_chart(chart, width="stretch", height="content")
 ui.table(shown.sort_values("idle_cost_usd", ascending=False), "idle_hoarding",
          columns={"namespace": "Namespace", "pod": "Pod", "team": "Team", "idle_cost_usd": "Idle cost",
                   "idle_share": "Idle share", "idle_since": "Idle since", "reclaimable_now": "Reclaimable now",

@@ -22,7 +22,8 @@ cols[1].metric("Acted", f"{int((frame['decision'] == 'acted').sum())}")
 cols[2].metric("Would act (dry-run)", f"{int((frame['decision'] == 'would_act').sum())}")
 cols[3].metric("Errors", f"{int((frame['result'] == 'error').sum())}")
 chart = alt.Chart(frame).mark_bar().encode(
-    x=alt.X("count():Q", title="decisions"), y=alt.Y("decision:N", title=None),
-    color=alt.Color("result:N"), tooltip=["decision:N", "result:N", "count():Q"])
-st.altair_chart(chart, width="stretch", height=40 * frame["decision"].nunique() + 60)
+    x=alt.X("count():Q", title="decisions", axis=alt.Axis(tickMinStep=1, format="d")),
+    y=alt.Y("decision:N", title=None, axis=alt.Axis(labelLimit=240)),
+    color=alt.Color("result:N", legend=alt.Legend(orient="top")), tooltip=["decision:N", "result:N", "count():Q"])
+st.altair_chart(chart.properties(height=alt.Step(32)), width="stretch", height="content")
 ui.table(frame, "reclaim_audit", empty="No decisions.")

@@ -36,8 +36,8 @@ if not shown.empty:
                         scale=alt.Scale(domain=["waste", "savings"], range=["#f9a825", "#2e7d32"]),
                         legend=alt.Legend(orient="top")),
         tooltip=["what:N", "figure:N", alt.Tooltip("n:Q", title="actions"), alt.Tooltip("usd:Q", format="$,.2f")],
-    )
-    st.altair_chart(chart, width="stretch", height=52 * len(by_kind) + 90)
+    ).properties(height=alt.Step(22))
+    st.altair_chart(chart, width="stretch", height="content")
 ui.table(shown.drop(columns=["what"]), "recommendations",
          columns={"action": "Action", "team": "Team", "monthly_savings_usd": "Monthly savings",
                   "monthly_waste_usd": "Monthly waste", "evidence": "Evidence", "basis": "Basis"},
