@@ -1,5 +1,5 @@
 # gpuwatch: two commands do all set-up on a fresh machine with Python 3.11+.
-#   make demo  — simulated fleet -> exporter -> DuckDB analyzer -> Streamlit app
+#   make demo  — live: simulated exporter -> Prometheus -> ingest -> analyze; history: a simulated week -> app
 #   make test  — lint, architecture contracts and the whole test suite
 SHELL := /bin/bash
 PYTHON ?= python3

@@ -74,7 +74,8 @@ def warnings(charge) -> list[str]:
                      "no team is charged for them (add the models to prices.csv)"),
         ("unpriced_capacity", "{pods:,.0f} GPU(s) without a price ({h:,.1f} GPU-hours) are outside the fleet cost"),
         ("over_allocated", "{pods:,.0f} pod(s) were allocated more GPUs than they could hold: {h:,.1f} GPU-hours "
-                           "above capacity were capped, not charged (a data problem in pods.csv)"),
+                           "above capacity were capped, not charged (a data problem in the pods data; time-sliced GPUs "
+                           "need their replica count: kube_node_labels nvidia.com/gpu.replicas)"),
     ):
         rows = charge[charge["kind"] == kind]
         if len(rows):
