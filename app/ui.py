@@ -87,15 +87,16 @@ def thresholds() -> dict:
 
 
 def analysis(ctx: Context, name: str, **params) -> pd.DataFrame:
-    """Analysis ``name`` over the context's window (plus its default thresholds), cached."""
-    merged = {**thresholds(), "start": ctx.start, "end": ctx.end, **params}
+    """Analysis ``name`` over the context's window (plus its default thresholds and options), cached."""
+    merged = {**thresholds(), **analysis_params.OPTIONS, "start": ctx.start, "end": ctx.end, **params}
     return _analysis(ctx.db, ctx.mtime, name, tuple(sorted(merged.items())))
 
 
-def chargeback(ctx: Context) -> pd.DataFrame:
+def chargeback(ctx: Context, *, group_by: str = "") -> pd.DataFrame:
     """The chargeback analysis from the findings assembly (handed the cached mig_fragmentation frame
-    the MIG and Recommendations pages use too, so the placement search runs once per window)."""
-    return _findings(ctx, "chargeback")
+    the MIG and Recommendations pages use too, so the placement search runs once per window);
+    ``group_by``: a pod label whose value splits the team rows too (column group_value)."""
+    return _findings(ctx, "chargeback", group_by=group_by)
 
 
 def previous_chargeback(ctx: Context) -> pd.DataFrame | None:
@@ -152,8 +153,8 @@ def observed_hours_text(ctx: Context) -> str:
     return "no data" if hours is None else f"{hours:,.1f} observed hours"
 
 
-def _findings(ctx: Context, name: str) -> pd.DataFrame:
-    params = {**thresholds(), "start": ctx.start, "end": ctx.end}
+def _findings(ctx: Context, name: str, **extra) -> pd.DataFrame:
+    params = {**thresholds(), **analysis_params.OPTIONS, "start": ctx.start, "end": ctx.end, **extra}
     return findings(None, params, only=(name,), run=lambda _con, analysis_name, **p: analysis(ctx, analysis_name, **p))[name]
 
 

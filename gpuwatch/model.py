@@ -5,6 +5,7 @@ Base units everywhere: ratios 0-1, bytes, watts, seconds, USD. Missing is ``None
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 # The bundle (docs/architecture.md#data-contract): file name -> columns, in order. store/schema.sql, the simulator and
@@ -22,6 +23,9 @@ BUNDLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "pods": (
         "namespace", "pod", "pod_uid", "node", "owner_kind", "owner_name", "team",
         "priority_class", "start_ts", "end_ts", "gpu_resource", "gpu_count", "device_ids",
+        # the pod's labels as a JSON object ({"cost_center": "cc-7", ...}; keys as kube-state-metrics
+        # exports them, without "label_"), for grouping by any label; last so older stores can add it
+        "labels",
     ),
     "prices": ("gpu_model", "usd_per_gpu_hour"),
     # namespace -> team for pods without a team label; ``namespace`` may be a glob (``nlp-*``)
@@ -95,6 +99,7 @@ class Pod:
     def bundle_row(self) -> dict:
         row = {name: getattr(self, name) for name in BUNDLE_COLUMNS["pods"]}
         row["device_ids"] = ",".join(self.device_ids)
+        row["labels"] = json.dumps(dict(self.labels), sort_keys=True) if self.labels else None
         return row
 
 

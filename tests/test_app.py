@@ -197,8 +197,29 @@ def test_chargeback_page_totals_match_the_analysis(sample_db, window, monkeypatc
     teams = charge[charge["kind"] == "team"]
     assert metric(at, "Teams' cost") == money(teams["cost_usd"].sum())
     assert metric(at, "Stranded MIG") == money(charge.loc[charge["kind"] == "stranded", "cost_usd"].sum())
-    table = at.dataframe[0].value
-    assert len(table) == len(teams) and abs(table["cost_usd"].sum() - teams["cost_usd"].sum()) < 0.005
+    subtotals, table = at.dataframe[0].value, at.dataframe[1].value
+    assert list(subtotals["Team"]) == list(teams.groupby("team")["cost_usd"].sum().sort_values(ascending=False).index)
+    assert len(table) == len(teams) and abs(table["Cost"].sum() - teams["cost_usd"].sum()) < 0.005
+
+
+def test_chargeback_groups_by_any_pod_label(sample_db, window, monkeypatch):
+    """sample_data's pods carry a cost_center label (nlp and research share cc-100): the same dollars by it."""
+    from gpuwatch import analyses
+
+    con, params = window
+    assert set(analyses.run(con, "pod_labels")["label"]) == {"cost_center", "team"}
+    plain = analyses.run(con, "chargeback", **params)
+    grouped = analyses.run(con, "chargeback", **{**params, "group_by": "cost_center"})
+    teams = grouped[grouped["kind"] == "team"]
+    by_team = plain[plain["kind"] == "team"].groupby("team")["cost_usd"].sum()
+    by_center = teams.groupby("group_value")["cost_usd"].sum()
+    assert round(by_center["cc-100"], 2) == round(by_team["nlp"] + by_team["research"], 2)
+    assert round(grouped["cost_usd"].sum(), 2) == round(plain["cost_usd"].sum(), 2)  # the same money
+    at = open_page(sample_db, "chargeback", monkeypatch)
+    at.selectbox(key="charge_group").set_value("label:cost_center").run()
+    assert not at.exception
+    subtotals = at.dataframe[0].value
+    assert dict(zip(subtotals["cost_center"], subtotals["Cost"].round(2), strict=True)) == by_center.round(2).to_dict()
 
 
 def test_chargeback_page_warns_about_unpriced_gpus(tmp_path, monkeypatch):
@@ -209,7 +230,7 @@ def test_chargeback_page_warns_about_unpriced_gpus(tmp_path, monkeypatch):
     assert any("no price" in w for w in warnings) and any("outside the fleet cost" in w for w in warnings)
     problems = at.dataframe[-1].value
     assert set(problems["kind"]) >= {"unpriced", "unpriced_capacity"} and "cost_usd" not in problems
-    assert (at.dataframe[0].value["cost_usd"] > 0).all()  # the teams' table: priced rows only
+    assert (at.dataframe[1].value["Cost"] > 0).all()  # the teams' rows: priced rows only
 
 
 def test_recommendations_page_totals_savings(sample_db, window, monkeypatch):
@@ -270,7 +291,8 @@ def test_not_a_database_is_explained(tmp_path, monkeypatch):
 @pytest.mark.parametrize("page", ["idle_hoarding", "chargeback"])
 def test_hostile_names_render_as_text(hostile_db, page, monkeypatch):
     at = open_page(hostile_db, page, monkeypatch)
-    assert support.EVIL_NAMESPACE in set(column(at.dataframe[0].value, "namespace"))
+    rows = next(d.value for d in at.dataframe if {"namespace", "Namespace"} & set(d.value.columns))
+    assert support.EVIL_NAMESPACE in set(column(rows, "namespace"))
     at.sidebar.multiselect(key="gw_teams").set_value([support.EVIL_TEAM]).run()
     assert not at.exception
     assert set(column(at.dataframe[0].value, "team")) == {support.EVIL_TEAM}

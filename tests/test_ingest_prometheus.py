@@ -19,6 +19,7 @@ fake here) checks retries, ``status: error`` and truncated JSON.
 from __future__ import annotations
 
 import http.server
+import json
 import threading
 from datetime import UTC, datetime
 from typing import ClassVar
@@ -200,6 +201,7 @@ def test_pods_match_kube_state_metrics(fleet, window, fetched):
         assert (row.pod_uid, row.node, row.gpu_resource, row.gpu_count) == (p.pod_uid, p.node, p.gpu_resource, p.gpu_count)
         assert (row.owner_kind, row.owner_name, row.team, row.priority_class) == (
             p.owner_kind or None, p.owner_name or None, p.team or None, p.priority_class or None)
+        assert json.loads(row.labels) == dict(p.labels)  # every pod label, by the name KSM gives it
         assert row.start_ts.timestamp() == round(p.start_ts)  # KSM times are whole seconds
         ended = p.end_ts is not None and p.end_ts < window[1]
         if ended:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gpuwatch import cli, store
-from gpuwatch.ingest.promframes_pods import ksm_label
+from gpuwatch.ingest.series import ksm_label
 from tests.support.bundles import SAMPLE_DATA
 from tests.support.helm_chart import container, find, pod_spec, render
 
@@ -141,3 +141,35 @@ def test_the_chart_maps_namespaces_to_teams_from_values(tmp_path):
 def test_the_chart_refuses_a_team_label_that_is_not_a_label_key():
     with pytest.raises(Exception, match="teams"):
         render({"teams": {"label": "not a label"}})
+
+
+def test_pod_labels_that_are_not_a_json_object_are_refused_and_the_store_is_untouched(tmp_path, capsys):
+    import pandas as pd
+
+    db = tmp_path / "g.duckdb"
+    assert cli.main(["ingest", "--from", str(_bundle(tmp_path)), "--db", str(db)]) == 0
+    bad = tmp_path / "badpods"
+    bad.mkdir()
+    pods = pd.read_csv(SAMPLE_DATA / "pods.csv").head(3)
+    pods.loc[1, "labels"] = '["cost_center", "cc-1"]'
+    pods.to_csv(bad / "pods.csv", index=False)
+    before = _teams(db)
+    capsys.readouterr()
+    assert cli.main(["ingest", "--from", str(bad), "--db", str(db)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "column 'labels', row 2" in err and "is not a JSON object of labels" in err and len(err.splitlines()) == 1
+    assert _teams(db) == before
+
+
+def test_a_store_from_before_pod_labels_gains_the_column(tmp_path):
+    db = tmp_path / "old.duckdb"
+    con = store.connect(str(db))
+    con.execute("ALTER TABLE pods DROP COLUMN labels")  # the shape of a store written before labels existed
+    con.close()
+    con = store.connect(str(db))
+    try:
+        assert "labels" in [r[0] for r in con.execute("DESCRIBE pods").fetchall()]
+        store.load_bundle(con, SAMPLE_DATA)
+        assert con.execute("SELECT count(*) FROM stg_pods WHERE labels LIKE '%cost_center%'").fetchone()[0] == 217
+    finally:
+        con.close()

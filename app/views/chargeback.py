@@ -12,7 +12,13 @@ ui.window_caption(ctx)
 st.caption("Allocated GPU-hours × price per team (pod label `team`, else the namespace) and namespace. "
            "Unallocated GPUs and stranded MIG capacity are the fleet's, not a team's: shown apart. "
            "All parts add up to the fleet cost to the cent (the weekly report's numbers).")
-frame = ui.chargeback(ctx)
+labels = ui.analysis(ctx, "pod_labels")["label"].tolist()
+GROUPS = {"team": "Team", "namespace": "Namespace", **{f"label:{k}": f"Pod label: {k}" for k in labels}}
+grouping = st.selectbox("Group by", list(GROUPS), format_func=GROUPS.get, key="charge_group",
+                        help="Team and namespace, or any pod label the store knows (e.g. a cost center): "
+                             "the same dollars, grouped differently.")
+group_label = grouping.removeprefix("label:") if grouping.startswith("label:") else ""
+frame = ui.chargeback(ctx, group_by=group_label)
 if frame.empty:
     st.info("No GPUs priced in this window.")
     st.stop()
@@ -58,13 +64,28 @@ def stacked(by: str, title: str) -> tuple[alt.Chart, str]:
     return chart, caption
 
 
+if group_label:
+    teams = teams.assign(group_value=teams["group_value"].fillna(f"(no {group_label})"))
+    charts = (("group_value", f"By pod label {group_label}"), ("team", "By team"))
+else:
+    charts = (("team", "By team"), ("namespace", "By namespace"))
 if not teams.empty:
-    for by, title in (("team", "By team"), ("namespace", "By namespace")):
+    for by, title in charts:
         chart, caption = stacked(by, title)
         st.altair_chart(chart, width="stretch", height="content")
         if caption:
             st.caption(caption)
-ui.table(teams, "chargeback_teams", empty="No team allocated a GPU in this window.")
+key = "group_value" if group_label else grouping
+st.subheader(f"Subtotals by {'pod label ' + group_label if group_label else grouping}")
+subtotals = teams.groupby(key, as_index=False)[["gpu_hours", "cost_usd", *PARTS]].sum().sort_values("cost_usd", ascending=False)
+ui.table(subtotals, "chargeback_subtotals", empty="No team allocated a GPU in this window.",
+         columns={key: group_label or GROUPS[grouping], "cost_usd": "Cost", "gpu_hours": "GPU-hours",
+                  "idle_usd": "Idle", "false_util_usd": "False-util", "productive_usd": "Productive",
+                  "unobserved_usd": "Unobserved"})
+st.subheader("Rows (team × namespace" + (f" × {group_label})" if group_label else ")"))
+ui.table(teams, "chargeback_teams", empty="No team allocated a GPU in this window.",
+         columns={"team": "Team", "namespace": "Namespace", **({"group_value": group_label} if group_label else {}),
+                  "cost_usd": "Cost", "gpu_hours": "GPU-hours", "idle_usd": "Idle", "false_util_usd": "False-util"})
 st.subheader("Prices applied")
 st.caption("Per GPU model: the cluster's own price (bundle prices.csv, `ingest --prices FILE`, the chart's "
            "prices.models), else gpuwatch's dated list price where `ingest --prices list` enabled it, else unpriced.")

@@ -13,7 +13,8 @@ from typing import Any
 from gpuwatch import analyses, units
 
 PARTS = ("productive_usd", "false_util_usd", "idle_usd", "unobserved_usd")
-COLUMNS = ("kind", "team", "namespace", "gpu_hours", "cost_usd", *PARTS, "pods", "share_of_fleet", "fleet_cost_usd")
+COLUMNS = ("kind", "team", "namespace", "gpu_hours", "cost_usd", *PARTS, "pods", "share_of_fleet", "fleet_cost_usd",
+           "group_value")
 
 
 def finish(con: Any, frame, params: dict):

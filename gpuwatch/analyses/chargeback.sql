@@ -1,6 +1,8 @@
 -- Chargeback: what each team's GPU allocations cost, split into productive, false-util, idle and unobserved time, plus the fleet's unallocated and stranded cost.
--- params: $start, $end (timestamps, window [start, end)), $idle_below (ratio), $false_reported_min (ratio), $false_effective_below (ratio); optional finisher param fragmentation (mig_fragmentation's frame, to reuse)
--- columns: kind, team, namespace, gpu_hours, cost_usd, productive_usd, false_util_usd, idle_usd, unobserved_usd, pods, share_of_fleet, fleet_cost_usd
+-- params: $start, $end (timestamps, window [start, end)), $idle_below (ratio), $false_reported_min (ratio), $false_effective_below (ratio), $group_by (a pod label key, '' = none); optional finisher param fragmentation (mig_fragmentation's frame, to reuse)
+-- columns: kind, team, namespace, gpu_hours, cost_usd, productive_usd, false_util_usd, idle_usd, unobserved_usd, pods, share_of_fleet, fleet_cost_usd, group_value
+-- $group_by: team rows are also split by the value of that pod label (pods.labels), `(no <key>)` where a
+-- pod lacks it, in `group_value` (NULL when $group_by is ''): any label (cost center, project) groups the same money.
 -- docs/architecture.md#finding-semantics. Team = the pod's team label, else its namespace's team (teams file), else its namespace. A pod's allocated cost is its
 -- allocation time in the window (pods file) x its price (MIG: compute slices / 7 of the GPU unless a
 -- "<model>/<profile>" price row exists; time-sliced: gpu_count), or its observed samples when the
@@ -58,7 +60,7 @@ vanished AS (
 window_part AS (
     -- the part of each allocation inside the window
     SELECT p.namespace, p.pod, p.team, p.usd_per_hour, p.gpu_equivalents, p.over_gpus, p.node, p.device_ids,
-           p.device_count, p.mig_profile, p.slice_share,
+           p.device_count, p.mig_profile, p.slice_share, p.labels,
            epoch(greatest(coalesce(p.start_ts, $start::TIMESTAMP), $start::TIMESTAMP)) AS lo,
            epoch(least(coalesce(p.end_ts, v.last_ts, $end::TIMESTAMP), $end::TIMESTAMP)) AS hi
     FROM stg_pods p LEFT JOIN vanished v ON v.node = p.node
@@ -110,7 +112,7 @@ excess AS (
 allocated AS (
     -- ``keep``: the share of the allocation its GPUs could hold (over-claimed time is split
     -- pro rata among the claims; the excess is reported as over_allocated, never charged)
-    SELECT w.namespace, w.pod, w.team, w.usd_per_hour, w.gpu_equivalents, w.over_gpus,
+    SELECT w.namespace, w.pod, w.team, w.usd_per_hour, w.gpu_equivalents, w.over_gpus, w.labels,
            greatest(w.hi - w.lo, 0) AS seconds, coalesce(e.excess_gpu_seconds, 0) AS excess_gpu_seconds,
            CASE WHEN e.excess_gpu_seconds IS NULL THEN 1.0
                 ELSE greatest(1.0 - e.excess_gpu_seconds / ((w.hi - w.lo) * w.gpu_equivalents), 0.0) END AS keep
@@ -125,7 +127,10 @@ per_pod AS (
            coalesce(a.keep, 1.0) * coalesce(o.productive_usd, 0) AS productive_usd, coalesce(a.keep, 1.0) * coalesce(o.false_util_usd, 0) AS false_util_usd,
            coalesce(a.keep, 1.0) * coalesce(o.idle_usd, 0) AS idle_usd, coalesce(a.keep, 1.0) * coalesce(o.observed_usd, 0) AS observed_usd,
            (a.pod IS NOT NULL AND a.usd_per_hour IS NULL) OR coalesce(o.observed_unpriced, FALSE) AS unpriced,
-           coalesce(a.seconds * a.over_gpus / 3600.0, 0) + coalesce(a.excess_gpu_seconds / 3600.0, 0) AS over_gpu_hours
+           coalesce(a.seconds * a.over_gpus / 3600.0, 0) + coalesce(a.excess_gpu_seconds / 3600.0, 0) AS over_gpu_hours,
+           CASE WHEN $group_by <> ''
+                THEN coalesce(CAST(a.labels AS JSON) ->> $group_by, '(no ' || $group_by || ')') END
+               AS group_value
     FROM allocated a
     FULL OUTER JOIN observed o ON o.namespace = a.namespace AND o.pod = a.pod
     WHERE coalesce(a.seconds, 0) > 0 OR o.pod IS NOT NULL
@@ -134,15 +139,16 @@ teams AS (
     SELECT CASE WHEN unpriced THEN 'unpriced' ELSE 'team' END AS kind, team, namespace, sum(gpu_hours) AS gpu_hours,
            sum(productive_usd) AS productive_usd, sum(false_util_usd) AS false_util_usd, sum(idle_usd) AS idle_usd,
            sum(allocated_usd - observed_usd) AS unobserved_usd, count(*) AS pods,
-           CAST(NULL AS VARCHAR) AS node, CAST(NULL AS VARCHAR) AS gpu_uuid, CAST(NULL AS DOUBLE) AS amount_usd
+           CAST(NULL AS VARCHAR) AS node, CAST(NULL AS VARCHAR) AS gpu_uuid, CAST(NULL AS DOUBLE) AS amount_usd,
+           group_value
     FROM per_pod
-    GROUP BY unpriced, team, namespace
+    GROUP BY unpriced, team, namespace, group_value
 ),
 over_allocated AS (
     SELECT 'over_allocated' AS kind, team, namespace, sum(over_gpu_hours), 0.0, 0.0, 0.0, 0.0, count(*),
-           NULL, NULL, NULL
+           NULL, NULL, NULL, group_value
     FROM per_pod WHERE over_gpu_hours > 0
-    GROUP BY team, namespace
+    GROUP BY team, namespace, group_value
 ),
 priced AS (
     SELECT g.*, g.usd_per_gpu_hour * (epoch($end::TIMESTAMP) - epoch($start::TIMESTAMP)) / 3600.0 AS window_usd,
@@ -151,12 +157,12 @@ priced AS (
 ),
 fleet AS (
     SELECT 'fleet' AS kind, NULL AS team, NULL AS namespace, sum(window_hours) FILTER (WHERE window_usd IS NOT NULL),
-           0.0, 0.0, 0.0, 0.0, count(*) AS pods, NULL, NULL, coalesce(sum(window_usd), 0) AS amount_usd
+           0.0, 0.0, 0.0, 0.0, count(*) AS pods, NULL, NULL, coalesce(sum(window_usd), 0) AS amount_usd, NULL AS group_value
     FROM priced
 ),
 unpriced_capacity AS (
     SELECT 'unpriced_capacity' AS kind, NULL, NULL, sum(window_hours), 0.0, 0.0, 0.0, 0.0, count(*),
-           NULL, NULL, NULL
+           NULL, NULL, NULL, NULL
     FROM priced WHERE window_usd IS NULL HAVING count(*) > 0
 ),
 mig_free AS (
@@ -165,7 +171,7 @@ mig_free AS (
     SELECT 'mig_free' AS kind, NULL, NULL,
            greatest(window_usd - coalesce(instances_usd_per_hour, 0) * window_hours, 0) / nullif(usd_per_gpu_hour, 0),
            0.0, 0.0, 0.0, 0.0, 0, node, gpu_uuid,
-           greatest(window_usd - coalesce(instances_usd_per_hour, 0) * window_hours, 0) AS amount_usd
+           greatest(window_usd - coalesce(instances_usd_per_hour, 0) * window_hours, 0) AS amount_usd, NULL
     FROM priced WHERE mig
 ),
 final AS (
@@ -175,4 +181,4 @@ final AS (
     UNION ALL SELECT * FROM unpriced_capacity
     UNION ALL SELECT * FROM mig_free
 )
-SELECT * FROM final ORDER BY kind DESC, team, namespace, node, gpu_uuid
+SELECT * FROM final ORDER BY kind DESC, team, namespace, group_value, node, gpu_uuid

@@ -7,6 +7,7 @@ Every key is a bound ``$param`` of some analysis and a flag of ``gpuwatch analyz
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -38,6 +39,18 @@ HELP: dict[str, str] = {
     "compute_quantile": "quantile of SM activity a right-sized MIG profile must cover",
     "hours_per_month": "hours in a month for savings estimates",
 }
+# Text options (not thresholds): ``group_by`` = a pod label key chargeback also groups by ('' = none).
+OPTIONS: dict[str, str] = {"group_by": ""}
+LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def label_key(text: str, *, what: str) -> str:
+    """A Kubernetes label key (``cost_center``, ``example.com/project``) or '' (none); else UsageError."""
+    if text and not LABEL_KEY.fullmatch(text):
+        raise units.UsageError(f"{what}: {text!r} is not a pod label key (e.g. cost_center or example.com/project)")
+    return text
+
+
 # Valid range per threshold (inclusive): ratios and shares in 0-1, durations and counts >= 0.
 RANGES: dict[str, tuple[float, float]] = {
     **dict.fromkeys(("idle_below", "hoarder_idle_share", "false_reported_min", "false_effective_below",
@@ -69,10 +82,10 @@ def window(last_ts: datetime | None, *, length: timedelta = timedelta(days=7),
 
 def params(start: datetime, end: datetime, **overrides: Any) -> dict[str, Any]:
     """Every analysis parameter: the defaults, the window, and any overrides."""
-    unknown = set(overrides) - set(DEFAULTS)
+    unknown = set(overrides) - set(DEFAULTS) - set(OPTIONS)
     if unknown:
         raise KeyError(f"unknown analysis parameter(s): {', '.join(sorted(unknown))}")
-    return {**DEFAULTS, **overrides, "start": start, "end": end}
+    return {**DEFAULTS, **OPTIONS, **overrides, "start": start, "end": end}
 
 
 def _next_hour(ts: datetime) -> datetime:

@@ -34,6 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--end", help="window end, ISO-8601 UTC (default: the hour after the last data point)")
     parser.add_argument("--out", help="directory for the CSV files (required for --format csv)")
     parser.add_argument("--format", choices=("csv", "table"), default="csv", help="output (default: %(default)s)")
+    parser.add_argument("--group-by", default="", metavar="LABEL",
+                        help="also split chargeback rows by this pod label (e.g. cost_center): column group_value")
     group = parser.add_argument_group("thresholds (docs/architecture.md#finding-semantics)")
     for key, value in defaults.DEFAULTS.items():
         group.add_argument(f"--{key.replace('_', '-')}", dest=key, type=float, default=value,
@@ -46,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     thresholds = {k: getattr(args, k) for k in defaults.DEFAULTS}
     defaults.check(thresholds)  # every flag is checked before the store is touched
+    group_by = defaults.label_key(args.group_by, what="--group-by")
     if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
         raise units.UsageError(f"--out: {args.out} is a file, not a directory")
     if args.input or args.source:
@@ -56,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if args.input or args.source:
         command.ingest(con, args.input or args.source)
     start, end = defaults.window(store.data_range(con)[1], length=length, end=end)
-    params = defaults.params(start, end, **thresholds)
+    params = defaults.params(start, end, **thresholds, group_by=group_by)
     # store this window's SQL results in the DB: the app and the report read them (analyses/persisted.py),
     # and analyze() below reads them too, so the samples are scanned once per analysis
     analyses.persist(con, params)

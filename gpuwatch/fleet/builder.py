@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from gpuwatch.fleet.catalog import (
+    COST_CENTERS,
     DEFAULT_START,
     GPU_SPECS,
     MIG_LAYOUTS,
@@ -170,7 +171,7 @@ class _Builder:
                   owner_kind=owner_kind, owner_name=owner if owner_kind else "", team=team if labeled else "",
                   priority_class=priority, start_ts=start, end_ts=None if end >= self.end else end,
                   gpu_resource=resource, gpu_count=round(share * len(devices), 6), device_ids=ids,
-                  labels=(("team", team),) if labeled else ())
+                  labels=((("team", team),) if labeled else ()) + (("cost_center", COST_CENTERS[team]),))
         self.pods.append(pod)
         placement = "mig" if dev0.is_mig else ("shared" if share < 1 else "whole")
         self.truth.append({"namespace": namespace, "pod": pod_name, "behavior": behavior,

@@ -9,6 +9,7 @@ keeps base units under its ``*_RATIO``/``*_BYTES`` names. Missing values (NaN) a
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable
@@ -16,6 +17,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from gpuwatch import fields
+from gpuwatch.ingest.series import ksm_label
 
 # family name -> list of (labels, ts array, value array)
 Families = dict[str, list[tuple[dict, np.ndarray, np.ndarray]]]
@@ -49,6 +51,16 @@ def sample_families(devices, samples, *, hostname_label: str = "hostname", expor
     return out
 
 
+def _label_series(pod, team_label: str) -> dict[str, str]:
+    """kube_pod_labels' labels for a pod, as kube-state-metrics names them (label_<sanitised key>)."""
+    raw = getattr(pod, "labels", None)
+    found = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
+    out = {ksm_label(k): str(v) for k, v in found.items()}
+    if pod.team:
+        out[ksm_label(team_label)] = pod.team
+    return out
+
+
 def ksm_families(pods, grid: np.ndarray, *, team_label: str = "team", linger: float = 300.0) -> Families:
     """kube-state-metrics series for each pod while its object exists: [start, end + linger]."""
     out: Families = {}
@@ -64,7 +76,7 @@ def ksm_families(pods, grid: np.ndarray, *, team_label: str = "team", linger: fl
         if p.owner_kind:
             _add(out, "kube_pod_owner", pod | {"owner_kind": p.owner_kind, "owner_name": p.owner_name or "",
                                                "owner_is_controller": "true"}, t, ones)
-        _add(out, "kube_pod_labels", pod | ({f"label_{team_label}": p.team} if p.team else {}), t, ones)
+        _add(out, "kube_pod_labels", pod | _label_series(p, team_label), t, ones)
         count = len([d for d in str(p.device_ids or "").split(",") if d]) or float(p.gpu_count)
         _add(out, "kube_pod_container_resource_requests", pod | {
             "container": "main", "node": p.node or "", "resource": ksm_resource(p.gpu_resource), "unit": "integer"},

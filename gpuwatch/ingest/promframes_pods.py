@@ -18,11 +18,12 @@ Per pod, each field from the best source present:
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
 
-from gpuwatch.ingest.series import device_of, first, nones, workload_of
+from gpuwatch.ingest.series import device_of, first, ksm_label, nones, workload_of
 from gpuwatch.model import BUNDLE_COLUMNS
 
 KSM_TIMES = {"kube_pod_start_time": "start", "kube_pod_created": "created", "kube_pod_completion_time": "completed"}
@@ -68,12 +69,6 @@ def pods_frame(samples, series: list, ctx, *, mig_uuids: dict):
     return nones(frame.astype({"gpu_count": float}), *text)
 
 
-def ksm_label(key: str) -> str:
-    """The label kube-state-metrics gives pod label ``key`` on kube_pod_labels: ``label_`` + the key with
-    every character outside [a-zA-Z0-9_] as ``_`` (``team.example.com/owner`` -> ``label_team_example_com_owner``)."""
-    return "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)
-
-
 def _absorb(row: dict, name: str, labels, value: float, ctx, mig_uuids: dict) -> None:
 
     if name == "kube_pod_info":
@@ -83,6 +78,8 @@ def _absorb(row: dict, name: str, labels, value: float, ctx, mig_uuids: dict) ->
         row.update(owner_kind=labels["owner_kind"], owner_name=first(labels, "owner_name"))
     elif name == "kube_pod_labels":
         row["team"] = first(labels, ksm_label(ctx.team_label))
+        found = {k.removeprefix("label_"): v for k, v in labels.items() if k.startswith("label_") and v}
+        row["labels"] = json.dumps(found, sort_keys=True) if found else None
     elif name == "kube_pod_container_resource_requests" and (labels.get("resource") or "").startswith("nvidia"):
         key = (resource_name(labels["resource"]), labels.get("container"))
         row["requests"][key] = value
@@ -126,7 +123,8 @@ def _finish(key: tuple, row: dict, ctx, replicas: dict) -> dict:
     return {"namespace": key[0], "pod": key[1], "pod_uid": row.get("pod_uid"), "node": row.get("node"),
             "owner_kind": row.get("owner_kind"), "owner_name": row.get("owner_name"), "team": row.get("team"),
             "priority_class": row.get("priority_class"), "start_ts": start, "end_ts": end,
-            "gpu_resource": resource, "gpu_count": count, "device_ids": ",".join(sorted(devices))}
+            "gpu_resource": resource, "gpu_count": count, "device_ids": ",".join(sorted(devices)),
+            "labels": row.get("labels")}
 
 
 def _gpus(row: dict, ctx, replicas: float) -> tuple[str | None, float]:

@@ -7,6 +7,7 @@ Shared by ``promframes`` (devices and samples) and ``promframes_pods`` (pods); i
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -33,6 +34,12 @@ class Context:
     team_label: str = "team"
     shared_replicas: float | None = None  # time-slicing replicas: a `.shared` GPU counts 1/n; None = from KSM
     notes: list[str] = field(default_factory=list)
+
+
+def ksm_label(key: str) -> str:
+    """The label kube-state-metrics gives pod label ``key`` on kube_pod_labels: ``label_`` + the key with
+    every character outside [a-zA-Z0-9_] as ``_`` (``team.example.com/owner`` -> ``label_team_example_com_owner``)."""
+    return "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)
 
 
 def first(labels: Mapping[str, str], *names: str) -> str | None:

@@ -64,6 +64,11 @@ def plan(name: str, types: dict[str, str], *, file: str) -> tuple[list[str], lis
         # and counts it), held to the ratio limit on whole GPUs
         limit = f"(CASE WHEN ({values['mig_gi_id']}) IS NULL THEN {RATIO_LIMITS['sm_active']} ELSE {MIG_SM_ACTIVE_LIMIT} END)"
         rules.append(_ratio_rule("sm_active", values["sm_active"], limit))
+    if name == "pods" and "labels" in types:
+        text = values["labels"]
+        rules.append(Rule("labels", f"nullif(trim({text}), '') IS NOT NULL AND CASE WHEN json_valid({text}) "
+                                    f"THEN json_type(CAST({text} AS JSON)) <> 'OBJECT' ELSE TRUE END",
+                          text, "{raw} is not a JSON object of labels (e.g. {{\"cost_center\": \"cc-7\"}})"))
     if name == "pods" and "start_ts" in types and "end_ts" in types:
         rules.append(Rule("end_ts", f"({values['end_ts']}) < ({values['start_ts']})", "NULL", "ends before start_ts"))
     return [f"{v} AS {_quote(c)}" for c, v in values.items()], rules

@@ -48,8 +48,11 @@ CREATE TABLE IF NOT EXISTS pods (
     end_ts TIMESTAMP,
     gpu_resource VARCHAR,
     gpu_count DOUBLE,
-    device_ids VARCHAR
+    device_ids VARCHAR,
+    labels VARCHAR
 );
+-- stores created before pods had labels
+ALTER TABLE pods ADD COLUMN IF NOT EXISTS labels VARCHAR;
 
 CREATE TABLE IF NOT EXISTS prices (
     gpu_model VARCHAR NOT NULL,
