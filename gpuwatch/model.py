@@ -27,7 +27,11 @@ BUNDLE_COLUMNS: dict[str, tuple[str, ...]] = {
         # exports them, without "label_"), for grouping by any label; last so older stores can add it
         "labels",
     ),
-    "prices": ("gpu_model", "usd_per_gpu_hour"),
+    # node_label "key=value" (optional): the price of this model on nodes carrying that label (spot vs
+    # on-demand capacity: karpenter.sh/capacity-type=spot); last so older stores can add it
+    "prices": ("gpu_model", "usd_per_gpu_hour", "node_label"),
+    # a node's labels as a JSON object, keys as kube-state-metrics names them (kube_node_labels)
+    "nodes": ("node", "labels"),
     # namespace -> team for pods without a team label; ``namespace`` may be a glob (``nlp-*``)
     "teams": ("namespace", "team"),
 }

@@ -265,7 +265,7 @@ def test_the_chart_installs_with_prices_from_values(tmp_path):
     assert args[args.index("/scripts/prices.csv") - 1] == "--prices" and args[args.index("list") - 1] == "--prices"
     config = next(d for d in docs if d.kind == "ConfigMap" and d.component == "analyzer")
     text = config.obj["data"]["prices.csv"]
-    assert text.splitlines() == ["gpu_model,usd_per_gpu_hour", f"{h100},3.5", f"{mig},0.6"]
+    assert text.splitlines() == ["gpu_model,usd_per_gpu_hour,node_label", f"{h100},3.5,", f"{mig},0.6,"]
     prices = tmp_path / "prices.csv"
     prices.write_text(text)
     script = load_script("analyzer")
@@ -283,6 +283,13 @@ def test_the_chart_installs_with_prices_from_values(tmp_path):
     # the bundle's own prices.csv prices the A100 too (cluster price); the list price is only a fallback
     assert applied.loc["NVIDIA A100-SXM4-80GB", "price_source"] == "cluster price"
     con.close()
+    spot = render({"prices": {"nodeLabels": {"karpenter.sh/capacity-type=spot": {h100: 1.6}}}})
+    config = next(d for d in spot if d.kind == "ConfigMap" and d.component == "analyzer")
+    assert config.obj["data"]["prices.csv"].splitlines() == ["gpu_model,usd_per_gpu_hour,node_label",
+                                                             f"{h100},1.6,karpenter.sh/capacity-type=spot"]
+    assert "/scripts/prices.csv" in container(pod_spec(find(spot, "CronJob", "analyzer")), "analyzer")["args"]
+    with pytest.raises(Exception, match="does not match pattern"):
+        render({"prices": {"nodeLabels": {"spot": {h100: 1.6}}}})  # not a key=value selector
     off = render({"prices": {"listPrices": False}})
     args = container(pod_spec(find(off, "CronJob", "analyzer")), "analyzer")["args"]
     assert "--prices" not in args

@@ -104,3 +104,70 @@ def test_the_shipped_list_is_dated_referenced_and_plausible():
 @pytest.mark.parametrize("model", ["NVIDIA H100 80GB HBM3", "NVIDIA H200"])
 def test_newer_gpus_cost_more_than_older_ones_in_the_list(model):
     assert float(_list_row(model)["usd_per_gpu_hour"]) > float(_list_row("NVIDIA A100-SXM4-80GB")["usd_per_gpu_hour"])
+
+
+def _spot_bundle(tmp_path, *, selector: str = "karpenter.sh/capacity-type=spot"):
+    """sample_data plus a nodes file (gpu-node-000 is spot capacity) and a spot price for the H100."""
+    from tests.support.bundles import SAMPLE_DATA
+
+    out = tmp_path / "spot"
+    out.mkdir()
+    for name in ("devices.csv", "pods.csv", "teams.csv", "samples.parquet"):
+        (out / name).symlink_to(SAMPLE_DATA / name)
+    (out / "prices.csv").write_text((SAMPLE_DATA / "prices.csv").read_text() + f"NVIDIA H100 80GB HBM3,1.6,{selector}\n")
+    (out / "nodes.csv").write_text('node,labels\ngpu-node-000,"{""karpenter_sh_capacity_type"": ""spot""}"\n'
+                                   'gpu-node-003,"{""karpenter_sh_capacity_type"": ""on-demand""}"\n')
+    return out
+
+
+def test_a_price_per_node_label_prices_the_gpus_on_those_nodes(tmp_path, capsys):
+    """Spot capacity: the H100s on gpu-node-000 (labelled spot) at $1.60, every other H100 at $4.10;
+    the chargeback's fleet cost, the coverage lines and ingest's printout all follow."""
+    db = tmp_path / "g.duckdb"
+    assert cli.main(["ingest", "--from", str(_spot_bundle(tmp_path)), "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "NVIDIA H100 80GB HBM3: 8 GPU(s), $1.60/GPU-hour, cluster price on nodes with karpenter.sh/capacity-type=spot" in out
+    assert "NVIDIA H100 80GB HBM3: 32 GPU(s), $4.10/GPU-hour, cluster price" in out
+    con = store.connect(str(db), read_only=True)
+    try:
+        prices = dict(con.execute("SELECT node, max(usd_per_gpu_hour) FROM stg_gpus WHERE gpu_model LIKE '%H100%' "
+                                  "GROUP BY node").fetchall())
+        from gpuwatch import analyses
+        from gpuwatch.analyses.params import params, window
+
+        start, end = window(store.data_range(con)[1])
+        charge = analyses.run(con, "chargeback", **params(start, end))
+        pods = con.execute("SELECT max(usd_per_hour / gpu_count) FROM stg_pods WHERE node = 'gpu-node-000' "
+                           "AND mig_profile IS NULL AND gpu_count >= 1").fetchone()[0]
+    finally:
+        con.close()
+    assert prices["gpu-node-000"] == 1.6 and all(p == 4.1 for n, p in prices.items() if n != "gpu-node-000")
+    assert charge["fleet_cost_usd"].iloc[0] == round(36422.40 - 8 * (4.1 - 1.6) * 168, 2)
+    assert round(charge["cost_usd"].sum(), 2) == charge["fleet_cost_usd"].iloc[0]  # still reconciles
+    assert pods == 1.6  # a pod on a spot node is charged the spot price
+
+
+@pytest.mark.parametrize(("selector", "message"), [
+    ("spot", "is not a node label selector key=value"),
+    ("=spot", "is not a node label selector key=value"),
+])
+def test_a_bad_node_label_selector_is_refused(tmp_path, capsys, selector, message):
+    db = tmp_path / "g.duckdb"
+    capsys.readouterr()
+    assert cli.main(["ingest", "--from", str(_spot_bundle(tmp_path, selector=selector)), "--db", str(db)]) == 1
+    err = capsys.readouterr().err
+    assert "column 'node_label', row 3" in err and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_node_labels_come_from_kube_node_labels_for_gpu_nodes_only():
+    import numpy as np
+
+    from gpuwatch.ingest.promframes import nodes_frame
+    from gpuwatch.ingest.series import Series
+
+    one = np.array([1.0])
+    series = [Series("kube_node_labels", {"node": "gpu-1", "label_karpenter_sh_capacity_type": "spot",
+                                          "label_nvidia_com_gpu_replicas": ""}, one, one),
+              Series("kube_node_labels", {"node": "cpu-1", "label_karpenter_sh_capacity_type": "spot"}, one, one)]
+    frame = nodes_frame(series, {"gpu-1"})
+    assert frame.to_dict("records") == [{"node": "gpu-1", "labels": '{"karpenter_sh_capacity_type": "spot"}'}]

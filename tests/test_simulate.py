@@ -51,7 +51,7 @@ def test_sample_data_is_reproducible_from_its_readme_command(tmp_path):
     out = tmp_path / "sd"
     main(["simulate", "--gpus", "64", "--days", "7", "--seed", "0", "--step", "60", "--start", "2026-11-09T00:00:00Z",
           "--format", "parquet", "--small-format", "csv", "--out", str(out)])
-    for name in ("devices.csv", "pods.csv", "prices.csv", "teams.csv", "truth.csv"):
+    for name in ("devices.csv", "pods.csv", "prices.csv", "teams.csv", "nodes.csv", "truth.csv"):
         assert (out / name).read_text() == (SAMPLE_DATA / name).read_text(), name
     assert _same(out / "samples.parquet", SAMPLE_DATA / "samples.parquet")
     assert (SAMPLE_DATA / "samples.parquet").stat().st_size < 15 * 1024 * 1024

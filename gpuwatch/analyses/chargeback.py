@@ -31,8 +31,9 @@ def finish(con: Any, frame, params: dict):
     cents = largest_remainder(leaves, total=fleet)
     teams[list(PARTS)] = [[c / 100 for c in cents[i * 4:(i + 1) * 4]] for i in range(len(teams))] or None
     # GPU-hours on every row: the fleet's priced GPU-hours less the teams' and the stranded ones
+    # (fsum: exact whatever the order, so the difference does not wobble with DuckDB's parallel sums)
     fleet_hours = float(fleet_row["gpu_hours"] or 0.0)
-    unallocated_hours = max(fleet_hours - float(teams["gpu_hours"].sum()) - stranded_hours, 0.0)
+    unallocated_hours = max(math.fsum([fleet_hours, *(-float(h) for h in teams["gpu_hours"]), -stranded_hours]), 0.0)
     extra = pd.DataFrame([
         {"kind": "unallocated", "team": "(unallocated)", "namespace": "", "cost_usd": cents[-2] / 100, "pods": 0,
          "gpu_hours": unallocated_hours},
@@ -101,7 +102,7 @@ def stranded_usd(con: Any, mig_free, params: dict) -> tuple[float, float]:
     free = joined["free_slices"].astype(float)
     share = (joined["stranded_slices"].astype(float) / free.where(free > 0)).fillna(0.0).clip(0.0, 1.0)
     return (float((joined["amount_usd"].astype(float) * share).sum()),
-            float((joined["gpu_hours"].astype(float).fillna(0.0) * share).sum()))
+            math.fsum(joined["gpu_hours"].astype(float).fillna(0.0) * share))
 
 
 # Above this many dollars a float no longer holds whole cents (2**53 cents): such an amount is bad data

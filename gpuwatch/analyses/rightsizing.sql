@@ -63,16 +63,19 @@ fits AS (
       ON c.fb_total_bytes * mig_memory_share(p.memory_slices) >= c.peak_fb_used_bytes * (1 + $mem_headroom)
      AND mig_gpu_share(p.compute_slices) >= c.sm_active_quantile
 ),
+priced AS (
+    SELECT f.*, f.devices * coalesce(price_on(f.node, model_key(f.gpu_model || '/' || f.profile)).usd,
+                                     price_on(f.node, model_key(f.gpu_model)).usd * mig_gpu_share(f.compute_slices))
+               AS target_usd_per_hour
+    FROM fits f
+    WHERE f.rank = 1
+),
 final AS (
     SELECT f.namespace, f.pod, f.team, f.node, f.gpu_model, a.gpu_count, f.peak_fb_used_bytes, f.sm_active_quantile,
-           f.profile, f.profile_id, f.current_usd_per_hour,
-           f.devices * coalesce(pp.usd_per_gpu_hour, mp.usd_per_gpu_hour * mig_gpu_share(f.compute_slices)) AS target_usd_per_hour,
-           (f.current_usd_per_hour - target_usd_per_hour) * $hours_per_month AS monthly_savings_usd,
+           f.profile, f.profile_id, f.current_usd_per_hour, f.target_usd_per_hour,
+           (f.current_usd_per_hour - f.target_usd_per_hour) * $hours_per_month AS monthly_savings_usd,
            f.observed_seconds
-    FROM fits f
+    FROM priced f
     LEFT JOIN stg_pods a USING (namespace, pod)
-    LEFT JOIN stg_prices mp ON mp.model_key = model_key(f.gpu_model)
-    LEFT JOIN stg_prices pp ON pp.model_key = model_key(f.gpu_model || '/' || f.profile)
-    WHERE f.rank = 1
 )
 SELECT * FROM final ORDER BY round(monthly_savings_usd, 6) DESC NULLS LAST, namespace, pod

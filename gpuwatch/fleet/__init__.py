@@ -10,6 +10,7 @@ from gpuwatch.fleet.builder import build_fleet
 from gpuwatch.fleet.catalog import (
     DEFAULT_START,
     GPU_SPECS,
+    INSTANCE_TYPES,
     MIG_LAYOUTS,
     MIG_PROFILES,
     NODE_ROLES,
@@ -23,6 +24,6 @@ from gpuwatch.fleet.catalog import (
 )
 from gpuwatch.fleet.readings import iter_samples, readings_at, signals
 
-__all__ = ["DEFAULT_START", "GPU_SPECS", "MIG_LAYOUTS", "MIG_PROFILES", "NODE_ROLES", "PCI_BUSES",
+__all__ = ["DEFAULT_START", "GPU_SPECS", "INSTANCE_TYPES", "MIG_LAYOUTS", "MIG_PROFILES", "NODE_ROLES", "PCI_BUSES",
            "PRICES_USD_PER_GPU_HOUR", "SIGNALS", "TEAMS", "Fleet", "Segment", "build_fleet", "iter_samples",
            "notebooks_namespace", "readings_at", "signals"]

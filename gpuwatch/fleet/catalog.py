@@ -16,6 +16,9 @@ GPU_SPECS: dict[str, dict] = {
 
 
 PRICES_USD_PER_GPU_HOUR = {"NVIDIA H100 80GB HBM3": 4.10, "NVIDIA A100-SXM4-80GB": 2.20}
+# Node labels as kube-state-metrics names them: each model's cloud instance type; every simulated node
+# is on-demand capacity (a spot price would not apply to any).
+INSTANCE_TYPES = {"NVIDIA H100 80GB HBM3": "p5.48xlarge", "NVIDIA A100-SXM4-80GB": "p4de.24xlarge"}
 
 
 # MIG profile id -> (name on the simulated 80 GB GPUs, compute slices, memory slices); the slice

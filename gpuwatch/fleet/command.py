@@ -51,7 +51,7 @@ def write_bundle(fleet: workloads.Fleet, out: Path, *, step: float = 60.0, fmt: 
     out.mkdir(parents=True, exist_ok=True)
     small_fmt = small_fmt or fmt
     small = {"devices": devices_frame(fleet), "pods": pods_frame(fleet, fmt=small_fmt), "prices": prices_frame(),
-             "teams": teams_frame()}
+             "teams": teams_frame(), "nodes": nodes_frame(fleet)}
     for name, frame in small.items():
         _write_small(frame, out / f"{name}.{small_fmt}")
     pd.DataFrame(fleet.truth, columns=list(TRUTH_COLUMNS)).to_csv(out / "truth.csv", index=False)
@@ -92,7 +92,21 @@ def pods_frame(fleet: workloads.Fleet, *, fmt: str):
 def prices_frame():
     import pandas as pd
 
-    return pd.DataFrame(sorted(workloads.PRICES_USD_PER_GPU_HOUR.items()), columns=list(BUNDLE_COLUMNS["prices"]))
+    rows = [(model, usd, None) for model, usd in sorted(workloads.PRICES_USD_PER_GPU_HOUR.items())]
+    return pd.DataFrame(rows, columns=list(BUNDLE_COLUMNS["prices"]))
+
+
+def nodes_frame(fleet: workloads.Fleet):
+    """Each node's labels (kube-state-metrics names): its instance type and on-demand capacity."""
+    import json
+
+    import pandas as pd
+
+    models = {d.node: d.gpu_model for d in fleet.devices}
+    rows = [(node, json.dumps({"karpenter_sh_capacity_type": "on-demand",
+                               "node_kubernetes_io_instance_type": workloads.INSTANCE_TYPES[models[node]]},
+                              sort_keys=True)) for node in fleet.nodes()]
+    return pd.DataFrame(rows, columns=list(BUNDLE_COLUMNS["nodes"]))
 
 
 def teams_frame():

@@ -34,9 +34,9 @@ NODE_LABELS = ("hostname", "Hostname")
 KSM_METRICS = ("kube_pod_info", "kube_pod_owner", "kube_pod_labels", "kube_pod_start_time", "kube_pod_created",
                "kube_pod_completion_time")
 GPU_REQUESTS = 'kube_pod_container_resource_requests{resource=~"nvidia.*"}'
-# Time-slicing replicas: GFD's node label, else the plugin's shared capacity / GPUs (promframes_pods).
-SHARED_REPLICAS = ('kube_node_labels{label_nvidia_com_gpu_replicas!=""}',
-                   'kube_node_status_capacity{resource="nvidia_com_gpu_shared"}')
+# Node labels (prices per node label; GFD's time-slicing replicas), else the device plugin's shared
+# capacity / GPUs (promframes_pods): the last value in the window.
+SHARED_REPLICAS = ("kube_node_labels", 'kube_node_status_capacity{resource="nvidia_com_gpu_shared"}')
 
 
 class PrometheusError(units.DataError):

@@ -71,7 +71,24 @@ def build(series: Iterable[Series], ctx: Context | None = None) -> dict:
     for note in ctx.notes:
         log.warning(note)
     samples.attrs["notes"] = list(ctx.notes)
-    return {"devices": devices, "samples": _to_datetime(samples, "ts"), "pods": pods}
+    return {"devices": devices, "samples": _to_datetime(samples, "ts"), "pods": pods,
+            "nodes": nodes_frame(series, set(devices["node"].dropna()))}
+
+
+def nodes_frame(series: list, gpu_nodes: set[str]):
+    """The GPU nodes' labels from kube_node_labels (keys as kube-state-metrics names them, without
+    ``label_``), one JSON object per node: what prices per node label match on."""
+    import json
+
+    import pandas as pd
+
+    rows = {}
+    for s in series:
+        node = s.labels.get("node")
+        if s.name == "kube_node_labels" and node in gpu_nodes:
+            found = {k.removeprefix("label_"): v for k, v in s.labels.items() if k.startswith("label_") and v}
+            rows[node] = json.dumps(found, sort_keys=True)
+    return pd.DataFrame(sorted(rows.items()), columns=list(BUNDLE_COLUMNS["nodes"]))
 
 
 def _missing_notes(names: set[str]) -> list[str]:

@@ -64,7 +64,12 @@ def plan(name: str, types: dict[str, str], *, file: str) -> tuple[list[str], lis
         # and counts it), held to the ratio limit on whole GPUs
         limit = f"(CASE WHEN ({values['mig_gi_id']}) IS NULL THEN {RATIO_LIMITS['sm_active']} ELSE {MIG_SM_ACTIVE_LIMIT} END)"
         rules.append(_ratio_rule("sm_active", values["sm_active"], limit))
-    if name == "pods" and "labels" in types:
+    if name == "prices" and "node_label" in types:
+        text = values["node_label"]
+        rules.append(Rule("node_label", f"nullif(trim({text}), '') IS NOT NULL AND NOT regexp_full_match(trim({text}), "
+                                        "'[A-Za-z0-9][-A-Za-z0-9_./]*=[-A-Za-z0-9_.]*')",
+                          text, "{raw} is not a node label selector key=value (e.g. karpenter.sh/capacity-type=spot)"))
+    if name in ("pods", "nodes") and "labels" in types:
         text = values["labels"]
         rules.append(Rule("labels", f"nullif(trim({text}), '') IS NOT NULL AND CASE WHEN json_valid({text}) "
                                     f"THEN json_type(CAST({text} AS JSON)) <> 'OBJECT' ELSE TRUE END",

@@ -28,7 +28,7 @@ LIST_PRICES = "list"
 LIST_PRICES_FILE = Path(__file__).with_name("list_prices.csv")
 # Upsert keys; NULL MIG ids compare equal (IS NOT DISTINCT FROM).
 KEYS = {"devices": ("node", "gpu_uuid", "mig_gi_id"), "pods": ("namespace", "pod", "pod_uid"),
-        "prices": ("gpu_model",), "teams": ("namespace",)}
+        "prices": ("gpu_model", "node_label"), "teams": ("namespace",), "nodes": ("node",)}
 
 
 def load(con: Any, frames: dict, *, source: str, window: tuple[datetime, datetime] | None = None,

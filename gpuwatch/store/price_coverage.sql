@@ -1,15 +1,11 @@
--- Which price applies to each GPU model in the fleet: the cluster's own price, a dated list price,
--- or none (unpriced: outside every team's cost and reported as such, never $0).
+-- Which price applies to the fleet's GPUs, per model and price: the cluster's own price (per node
+-- label where one applies), a dated list price, or none (unpriced: outside every team's cost and
+-- reported as such, never $0). One row per (model, price, source).
 -- params: (none)
 -- columns: gpu_model, gpus, usd_per_gpu_hour, price_source
-WITH gpus AS (
-    SELECT gpu_model, count(DISTINCT (node, gpu_uuid)) AS gpus
-    FROM stg_devices
-    WHERE mig_gi_id IS NULL
-    GROUP BY gpu_model
-),
-final AS (
-    SELECT g.gpu_model, g.gpus, p.usd_per_gpu_hour, coalesce(p.price_source, 'unpriced') AS price_source
-    FROM gpus g LEFT JOIN stg_prices p ON p.model_key = model_key(g.gpu_model)
+WITH final AS (
+    SELECT gpu_model, count(*) AS gpus, usd_per_gpu_hour, price_source
+    FROM stg_gpus
+    GROUP BY gpu_model, usd_per_gpu_hour, price_source
 )
 SELECT * FROM final ORDER BY gpus DESC, gpu_model

@@ -56,7 +56,16 @@ ALTER TABLE pods ADD COLUMN IF NOT EXISTS labels VARCHAR;
 
 CREATE TABLE IF NOT EXISTS prices (
     gpu_model VARCHAR NOT NULL,
-    usd_per_gpu_hour DOUBLE NOT NULL
+    usd_per_gpu_hour DOUBLE NOT NULL,
+    node_label VARCHAR
+);
+-- stores created before prices per node label
+ALTER TABLE prices ADD COLUMN IF NOT EXISTS node_label VARCHAR;
+
+-- Node labels (kube_node_labels), for prices per node label: one JSON object per node.
+CREATE TABLE IF NOT EXISTS nodes (
+    node VARCHAR NOT NULL,
+    labels VARCHAR
 );
 
 -- Namespace -> team for pods without a team label (stg_pods); `namespace` may be a glob (`nlp-*`):

@@ -11,29 +11,52 @@ CREATE OR REPLACE MACRO model_key(name) AS lower(trim(name));
 
 -- Precedence: the cluster's own prices (bundle prices.csv, `ingest --prices FILE`, the chart's
 -- prices.models) over the shipped list prices (only where `ingest --prices list` copied them in);
--- price_source says which one applies to each model.
+-- price_source says which one applies to each model. A cluster price with a node_label
+-- ("karpenter.sh/capacity-type=spot") applies only on nodes carrying that label (the nodes file);
+-- label_key is the key as kube-state-metrics names it (every character outside [a-zA-Z0-9_] as "_").
 CREATE OR REPLACE VIEW stg_prices AS
 WITH raw AS (
-    SELECT trim(gpu_model) AS gpu_model, model_key(gpu_model) AS model_key, usd_per_gpu_hour FROM prices
+    SELECT trim(gpu_model) AS gpu_model, model_key(gpu_model) AS model_key, usd_per_gpu_hour,
+           nullif(trim(node_label), '') AS node_label
+    FROM prices
     WHERE isfinite(usd_per_gpu_hour) AND usd_per_gpu_hour >= 0
 ),
 cluster AS (
-    SELECT model_key, min(gpu_model) AS gpu_model, max(usd_per_gpu_hour) AS usd_per_gpu_hour,
-           'cluster price' AS price_source
-    FROM raw GROUP BY model_key
+    SELECT model_key, node_label, min(gpu_model) AS gpu_model, max(usd_per_gpu_hour) AS usd_per_gpu_hour,
+           'cluster price' || coalesce(' on nodes with ' || node_label, '') AS price_source
+    FROM raw GROUP BY model_key, node_label
 ),
 listed AS (
-    SELECT model_key(gpu_model) AS model_key, min(trim(gpu_model)) AS gpu_model, max(usd_per_gpu_hour) AS usd_per_gpu_hour,
+    SELECT model_key(gpu_model) AS model_key, NULL AS node_label, min(trim(gpu_model)) AS gpu_model,
+           max(usd_per_gpu_hour) AS usd_per_gpu_hour,
            'list price as of ' || strftime(max(as_of), '%Y-%m-%d') || ' (' || min(reference) || ')' AS price_source
     FROM list_prices
     WHERE isfinite(usd_per_gpu_hour) AND usd_per_gpu_hour >= 0
-      AND model_key(gpu_model) NOT IN (SELECT model_key FROM cluster)
+      AND model_key(gpu_model) NOT IN (SELECT model_key FROM cluster WHERE node_label IS NULL)
     GROUP BY model_key(gpu_model)
 ),
 final AS (
     SELECT * FROM cluster UNION ALL SELECT * FROM listed
 )
-SELECT gpu_model, usd_per_gpu_hour, model_key, price_source FROM final;
+SELECT gpu_model, usd_per_gpu_hour, model_key, price_source, node_label,
+       regexp_replace(split_part(node_label, '=', 1), '[^a-zA-Z0-9_]', '_', 'g') AS label_key,
+       substr(node_label, length(split_part(node_label, '=', 1)) + 2) AS label_value
+FROM final;
+
+-- Node labels (the nodes file; kube_node_labels), one JSON object per node.
+CREATE OR REPLACE VIEW stg_nodes AS
+SELECT DISTINCT ON (node) node, CAST(nullif(trim(labels), '') AS JSON) AS labels FROM nodes ORDER BY node;
+
+-- The price of model key `key` on node `node_name`: {usd, source}. A price for a node label the node
+-- carries wins over the model's plain price (several matching labels: the first by label text);
+-- NULL when neither exists (unpriced).
+CREATE OR REPLACE MACRO price_on(node_name, key) AS (
+    SELECT arg_max({'usd': p.usd_per_gpu_hour, 'source': p.price_source},
+                   [(p.node_label IS NOT NULL)::INTEGER, -rank_text]) 
+    FROM (SELECT *, dense_rank() OVER (ORDER BY node_label NULLS LAST) AS rank_text FROM stg_prices WHERE model_key = key) p
+    WHERE p.node_label IS NULL
+       OR (SELECT n.labels ->> p.label_key FROM stg_nodes n WHERE n.node = node_name) = p.label_value
+);
 
 -- The two sample rules, declared once and used by every analysis (idle_hoarding, chargeback,
 -- fleet_timeseries, false_utilization). Idle: reported utilization below the threshold, and SM
@@ -62,12 +85,11 @@ final AS (
            s.gpu_uuid || coalesce('/' || s.mig_gi_id, '') AS device_key,
            -- a MIG instance is its share of the GPU's compute slices
            CASE WHEN s.mig_gi_id IS NULL THEN 1.0 ELSE mig_gpu_share(s.compute_slices) END AS gpu_share,
-           CASE WHEN s.mig_gi_id IS NULL THEN mp.usd_per_gpu_hour
-                WHEN mp.usd_per_gpu_hour IS NOT NULL
-                THEN coalesce(pp.usd_per_gpu_hour, mp.usd_per_gpu_hour * mig_gpu_share(s.compute_slices)) END AS usd_per_hour
-    FROM sized s
-    LEFT JOIN stg_prices mp ON mp.model_key = model_key(s.gpu_model)
-    LEFT JOIN stg_prices pp ON pp.model_key = model_key(s.gpu_model || '/' || s.mig_profile)
+           CASE WHEN s.mig_gi_id IS NULL THEN s.model_price.usd
+                WHEN s.model_price.usd IS NOT NULL
+                THEN coalesce(s.profile_price.usd, s.model_price.usd * mig_gpu_share(s.compute_slices)) END AS usd_per_hour
+    FROM (SELECT *, price_on(node, model_key(gpu_model)) AS model_price,
+                 price_on(node, model_key(gpu_model || '/' || mig_profile)) AS profile_price FROM sized) s
 )
 SELECT * FROM final;
 
@@ -83,7 +105,9 @@ WITH gpus AS (
     GROUP BY d.node, d.gpu_uuid
 ),
 final AS (
-    SELECT g.*, p.usd_per_gpu_hour FROM gpus g LEFT JOIN stg_prices p ON p.model_key = model_key(g.gpu_model)
+    SELECT g.*, price_on(g.node, model_key(g.gpu_model)).usd AS usd_per_gpu_hour,
+           coalesce(price_on(g.node, model_key(g.gpu_model)).source, 'unpriced') AS price_source
+    FROM gpus g
 )
 SELECT * FROM final;
 
@@ -137,12 +161,11 @@ final AS (
                 ELSE mig_gpu_share(TRY_CAST(regexp_extract(s.mig_profile, '(\d+)g\.', 1) AS INTEGER)) END AS slice_share,
            -- whole-GPU equivalents: a time-sliced pod's fractional gpu_count, a MIG pod's share of its GPU
            s.gpu_count * slice_share AS gpu_equivalents,
-           s.gpu_count * CASE WHEN s.mig_profile IS NULL THEN mp.usd_per_gpu_hour
-                              WHEN mp.usd_per_gpu_hour IS NOT NULL
-                              THEN coalesce(pp.usd_per_gpu_hour, mp.usd_per_gpu_hour * slice_share) END AS usd_per_hour
-    FROM capped s
-    LEFT JOIN stg_prices mp ON mp.model_key = model_key(s.gpu_model)
-    LEFT JOIN stg_prices pp ON pp.model_key = model_key(s.gpu_model || '/' || s.mig_profile)
+           s.gpu_count * CASE WHEN s.mig_profile IS NULL THEN s.model_price.usd
+                              WHEN s.model_price.usd IS NOT NULL
+                              THEN coalesce(s.profile_price.usd, s.model_price.usd * slice_share) END AS usd_per_hour
+    FROM (SELECT *, price_on(node, model_key(gpu_model)) AS model_price,
+                 price_on(node, model_key(gpu_model || '/' || mig_profile)) AS profile_price FROM capped) s
 )
 SELECT * FROM final;
 

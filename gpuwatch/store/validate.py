@@ -20,6 +20,7 @@ REQUIRED = {
     "pods": ("namespace", "pod", "gpu_count"),
     "prices": ("gpu_model", "usd_per_gpu_hour"),
     "teams": ("namespace", "team"),
+    "nodes": ("node",),
 }
 TIMESTAMPS = {"samples": ("ts",), "pods": ("start_ts", "end_ts")}
 INTEGERS = {
