@@ -233,6 +233,20 @@ def test_scrape_config_honours_exporter_labels_and_drops_the_target_pod():
     assert service["spec"]["ports"][0]["port"] == 9400
 
 
+@pytest.mark.parametrize("convention", ["gpuwatch", "dcgm-exporter"])
+def test_the_scrape_convention_switch(convention):
+    """gpuwatch: honorLabels and the target's pod labels dropped (pod = the workload); dcgm-exporter:
+    honorLabels false and the target's pod kept, so Prometheus moves the workload to exported_*."""
+    values = all_on_values()
+    values["exporter"]["scrapeConvention"] = convention
+    docs = render(values)
+    for kind, key in (("ServiceMonitor", "endpoints"), ("PodMonitor", "podMetricsEndpoints")):
+        endpoint = find(docs, kind, "exporter")["spec"][key][0]
+        assert endpoint["honorLabels"] is (convention == "gpuwatch")
+        drops = [r for r in endpoint["relabelings"] if r.get("action") == "labeldrop"]
+        assert bool(drops) is (convention == "gpuwatch")
+
+
 # OpenCost's collector mode finds dcgm-exporter by a Service labelled dcgm-exporter (app,
 # app.kubernetes.io/name or app.kubernetes.io/component) and scrapes its port 9400 (the rule as
 # described in opencost/opencost#3110, modules/collector-source/pkg/collector/dcgmtargetprovider.go).
