@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -97,6 +98,8 @@ def _live(url: str, work: Path, *, seconds: float, prices: Path) -> Path:
               flush=True)
         server = _start_prometheus(prometheus, url, port, work)
         try:
+            _wait_for_scrapes(port, work, scrapes=2)
+            started = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(seconds=10)
             time.sleep(seconds)
             end = dt.datetime.now(dt.UTC).replace(microsecond=0)
             _step("live ingest", "ingest", "--from", f"prometheus://127.0.0.1:{port}", "--start", _iso(started),
@@ -150,6 +153,22 @@ def _start_prometheus(binary: str, url: str, port: int, work: Path) -> subproces
             raise SystemExit(f"prometheus exited; see {work / 'prometheus.log'}")
         time.sleep(0.5)
     raise SystemExit(f"prometheus did not get ready; see {work / 'prometheus.log'}")
+
+
+def _wait_for_scrapes(port: int, work: Path, *, scrapes: int, timeout: float = 120.0) -> None:
+    """Until Prometheus has scraped the exporter ``scrapes`` times (a loaded machine starts slowly)."""
+    import json
+
+    query = urllib.parse.quote('count_over_time(up{job="gpuwatch-demo"}[5m])')
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError, KeyError, IndexError):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/query?query={query}", timeout=5) as reply:
+                result = json.loads(reply.read())["data"]["result"]
+            if result and float(result[0]["value"][1]) >= scrapes:
+                return
+        time.sleep(1)
+    raise SystemExit(f"prometheus did not scrape the exporter within {timeout:g} s; see {work / 'prometheus.log'}")
 
 
 def _save_pages(url: str, out: Path, *, seconds: float) -> list[Path]:
