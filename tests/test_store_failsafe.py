@@ -104,3 +104,20 @@ def test_a_nan_price_or_gpu_count_in_parquet_is_refused(con, tmp_path, name, tab
     with pytest.raises(store.BundleError, match=rf"{name}\.parquet: column '{column}', row 2: 'nan' is not a plausible"):
         store.load_bundle(con, tmp_path)
     assert con.execute(f"SELECT count(*) FROM {name}").fetchall()[0][0] == 0
+
+
+def test_a_reader_refuses_a_store_staged_by_another_version(tmp_path):
+    """The app, the report and the findings exporter open the store read-only and cannot re-stage it:
+    a store staged from other SQL (an older or newer gpuwatch) is a one-line error, never a missing-macro
+    traceback; the next writer (ingest, analyze) re-stages it."""
+    from gpuwatch import store
+
+    db = tmp_path / "g.duckdb"
+    store.connect(str(db)).close()
+    con = store.connect(str(db))
+    con.execute("UPDATE store_meta SET value = 'older' WHERE key = 'staging'")
+    con.close()
+    with pytest.raises(store.BundleError, match="staged by another gpuwatch version; open it once for writing"):
+        store.connect(str(db), read_only=True)
+    store.connect(str(db)).close()  # a writer re-stages it
+    store.connect(str(db), read_only=True).close()

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from gpuwatch import __version__, analyses, store, units
+from gpuwatch.analyses import params as analysis_params
 from gpuwatch.report import isoweek as weeks
 from gpuwatch.report import weekly
 
@@ -19,6 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     week_parser.add_argument("--db", required=True, help="DuckDB file written by `gpuwatch ingest` (opened read-only)")
     week_parser.add_argument("--week", help="ISO week like 2026-W47 (default: the last complete week in the data)")
     week_parser.add_argument("--out", required=True, type=Path, help="directory to write the report into")
+    week_parser.add_argument("--group-by", default="", metavar="LABEL",
+                             help="also show spend by this pod label (e.g. cost_center), and split chargeback.csv "
+                                  "rows by it (column group_value)")
     week_parser.add_argument("--min-coverage", default=str(weekly.MIN_COVERAGE), metavar="RATIO",
                         help="refuse a week whose samples cover less than this share (0-1) of the fleet's "
                              "GPU-hours (default: %(default)s; below 0.95 the report is marked as thin)")
@@ -31,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise units.UsageError(f"--week: {err}") from None
     minimum = _ratio(args.min_coverage, flag="--min-coverage")
+    group_by = analysis_params.label_key(args.group_by, what="--group-by")
     if not os.path.isfile(args.db):
         print(f"gpuwatch report: no database at {args.db!r} (create one with `gpuwatch ingest`)", file=sys.stderr)
         return 2
@@ -44,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"gpuwatch report: {err}", file=sys.stderr)
         return 2
-    data = weekly.gather(con, week, db_name=os.path.basename(args.db), complete=complete, coverage=coverage)
+    data = weekly.gather(con, week, db_name=os.path.basename(args.db), complete=complete, coverage=coverage,
+                         group_by=group_by)
     sampled = data.coverage["sampled"]
     if sampled < minimum:
         raise units.DataError(f"{week.label}: samples cover {sampled:.1%} of the fleet's GPU-hours, below --min-coverage "

@@ -65,8 +65,18 @@ def fleet_view(data, *, links: dict[str, str] | None = None) -> dict:
     context["daily_svg"] = charts.daily_cost(data.frames["daily"]) if len(data.frames["daily"]) else ""
     context["waste_svg"] = _waste_svg(charge, by="team", title="Cost by team and kind (fleet parts below)")
     context["problems"] = chargeback.warnings(everything)
+    context["groups"] = _group_rows(data, charge, prev)
     context.update(_findings(data, team=None))
     return context
+
+
+def _group_rows(data, charge, prev) -> dict | None:
+    """Spend by the pod label the report was asked to group by (None without one)."""
+    if not data.group_by:
+        return None
+    teams = charge[charge["kind"] == "team"].assign(group_value=lambda f: f["group_value"].fillna(f"(no {data.group_by})"))
+    rows = _spend_rows(teams, prev.iloc[0:0].assign(group_value=None), by="group_value")
+    return {"label": data.group_by, "rows": rows}
 
 
 def team_view(data, team: str) -> dict:
@@ -78,6 +88,7 @@ def team_view(data, team: str) -> dict:
     context = _common(data, title=f"Team {team}", fleet=False, charge=charge, prev=prev, rows=rows, parts=parts,
                       breakdown="Namespace")
     context["daily_svg"] = ""
+    context["groups"] = None
     context["waste_svg"] = _waste_svg(charge, by="namespace", title=f"Cost by namespace and kind — {team}")
     everything = data.frames["chargeback"]
     context["problems"] = chargeback.warnings(everything[everything["team"] == team])

@@ -37,6 +37,7 @@ class WeekData:
     db_name: str
     thresholds: dict[str, float]
     frames: dict[str, Any] = field(default_factory=dict)
+    group_by: str = ""  # a pod label the spend is also shown by (chargeback's group_value)
 
     @property
     def coverage(self) -> dict[str, float]:
@@ -52,13 +53,13 @@ class WeekData:
 
 
 def gather(con: Any, week: Week, *, db_name: str, complete: bool = True,
-           thresholds: dict[str, float] | None = None, coverage: Any = None) -> WeekData:
+           thresholds: dict[str, float] | None = None, coverage: Any = None, group_by: str = "") -> WeekData:
     """Run every analysis the report shows over ``week`` (and the chargeback of the week before).
 
     ``coverage`` is the data_coverage frame when the caller has it already.
     """
     limits = dict(analysis_params.DEFAULTS if thresholds is None else thresholds)
-    this = analysis_params.params(week.start, week.end, **limits)
+    this = analysis_params.params(week.start, week.end, **limits, group_by=group_by)
     last = analysis_params.params(week.previous().start, week.previous().end, **limits)
     frames = findings(con, this, only=("idle_hoarding", "false_utilization", "chargeback", "recommendations"))
     frames["reclaim_audit"] = analyses.run(con, "reclaim_audit", **this)
@@ -70,7 +71,7 @@ def gather(con: Any, week: Week, *, db_name: str, complete: bool = True,
     frames["daily"], frames["fleet_window"] = daily[daily["scope"] == "bucket"], daily[daily["scope"] == "window"]
     frames["prices"] = store.price_coverage(con)
     return WeekData(week=week, complete=complete, previous_covered=previous_covered, db_name=db_name,
-                    thresholds=limits, frames=frames)
+                    thresholds=limits, frames=frames, group_by=group_by)
 
 
 def _missing(value: Any) -> bool:

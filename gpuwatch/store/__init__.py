@@ -42,22 +42,41 @@ def connect(path: str | None, *, read_only: bool = False, memory_limit: str | No
         raise BundleError(f"{path}: not a gpuwatch store ({' '.join(str(exc).split())})") from None
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET enable_progress_bar = false")  # long queries must not draw on the caller's terminal
-    if read_only and _old_staging(con):
-        con.close()
-        raise BundleError(f"{path}: this store was written by gpuwatch 0.1.0; open it once for writing "
-                          "(gpuwatch ingest or analyze) to re-stage it")
-    if read_only and not has_table(con, "stg_sample_rows"):
+    if read_only and not _old_staging(con) and not has_table(con, "stg_sample_rows"):
         con.close()
         raise BundleError(f"{path}: not a gpuwatch store (no staged tables; create one with `gpuwatch ingest`)")
+    if read_only and (_old_staging(con) or _staged_by(con) != staging_fingerprint()):
+        con.close()
+        raise BundleError(f"{path}: this store was staged by another gpuwatch version; open it once for writing "
+                          "(gpuwatch ingest or analyze) to re-stage it")
     if not read_only:
         stale = _drop_old_staging(con)
         for name in ("schema.sql", "reclaim_audit.sql"):
             con.execute(script(name))
         write_mig_reference(con)
         con.execute(script("staging.sql"))
+        con.execute("CREATE TABLE IF NOT EXISTS store_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+        con.execute("INSERT OR REPLACE INTO store_meta VALUES ('staging', ?)", [staging_fingerprint()])
         if stale:
             refresh(con)
     return con
+
+
+def staging_fingerprint() -> str:
+    """What the store's tables, views and macros were made from: a hash of the SQL that makes them.
+    A read-only reader (app, report, findings exporter) refuses a store staged from other SQL (an
+    older or newer gpuwatch) instead of failing on a missing macro or a changed view."""
+    import hashlib
+
+    text = "\n".join(script(name) for name in ("schema.sql", "reclaim_audit.sql", "staging.sql"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _staged_by(con: Any) -> str | None:
+    if not has_table(con, "store_meta"):
+        return None
+    found = con.execute("SELECT value FROM store_meta WHERE key = 'staging'").fetchall()
+    return found[0][0] if found else None
 
 
 def _drop_old_staging(con: Any) -> bool:
