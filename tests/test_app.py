@@ -424,3 +424,17 @@ def test_gpu_drill_down_shows_one_gpus_signals_and_holders(sample_db, window, mo
     expected = set(", ".join(series["holders"].dropna()).split(", ")) - {""}
     assert set(held["Pod (namespace/pod)"]) == expected and len(expected) > 1
     assert len(at.get("vega_lite_chart")) == 3
+
+
+def test_chargeback_groups_by_cluster_in_a_multi_cluster_store(tmp_path, monkeypatch):
+    from gpuwatch import cli
+
+    db = tmp_path / "two.duckdb"
+    for name in ("prod-a", "prod-b"):
+        assert cli.main(["ingest", "--from", str(support.sample_bundle()), "--cluster", name, "--db", str(db)]) == 0
+    at = open_page(db, "chargeback", monkeypatch)
+    at.selectbox(key="charge_group").set_value("cluster").run()
+    assert not at.exception
+    subtotals = at.dataframe[0].value
+    assert list(subtotals["Cluster"]) in (["prod-a", "prod-b"], ["prod-b", "prod-a"])
+    assert subtotals["Cost"].iloc[0] == pytest.approx(subtotals["Cost"].iloc[1], abs=0.05)  # cents rounding

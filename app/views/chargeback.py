@@ -13,7 +13,9 @@ st.caption("Allocated GPU-hours × price per team (pod label `team`, else the na
            "Unallocated GPUs and stranded MIG capacity are the fleet's, not a team's: shown apart. "
            "All parts add up to the fleet cost to the cent (the weekly report's numbers).")
 labels = ui.analysis(ctx, "pod_labels")["label"].tolist()
-GROUPS = {"team": "Team", "namespace": "Namespace", **{f"label:{k}": f"Pod label: {k}" for k in labels}}
+clusters = ui.analysis(ctx, "teams")["namespace"].astype(str).str.contains("/").any()  # ingest --cluster
+GROUPS = {"team": "Team", "namespace": "Namespace", **({"cluster": "Cluster"} if clusters else {}),
+          **{f"label:{k}": f"Pod label: {k}" for k in labels}}
 grouping = st.selectbox("Group by", list(GROUPS), format_func=GROUPS.get, key="charge_group",
                         help="Team and namespace, or any pod label the store knows (e.g. a cost center): "
                              "the same dollars, grouped differently.")
@@ -67,6 +69,8 @@ def stacked(by: str, title: str) -> tuple[alt.Chart, str]:
 if group_label:
     teams = teams.assign(group_value=teams["group_value"].fillna(f"(no {group_label})"))
     charts = (("group_value", f"By pod label {group_label}"), ("team", "By team"))
+elif grouping == "cluster":
+    charts = (("cluster", "By cluster"), ("team", "By team"))
 else:
     charts = (("team", "By team"), ("namespace", "By namespace"))
 if not teams.empty:
@@ -84,7 +88,8 @@ ui.table(subtotals, "chargeback_subtotals", empty="No team allocated a GPU in th
                   "unobserved_usd": "Unobserved"})
 st.subheader("Rows (team × namespace" + (f" × {group_label})" if group_label else ")"))
 ui.table(teams, "chargeback_teams", empty="No team allocated a GPU in this window.",
-         columns={"team": "Team", "namespace": "Namespace", **({"group_value": group_label} if group_label else {}),
+         columns={"team": "Team", "namespace": "Namespace", **({"cluster": "Cluster"} if clusters else {}),
+                  **({"group_value": group_label} if group_label else {}),
                   "cost_usd": "Cost", "gpu_hours": "GPU-hours", "idle_usd": "Idle", "false_util_usd": "False-util"})
 st.subheader("Prices applied")
 st.caption("Per GPU model: the cluster's own price (bundle prices.csv, `ingest --prices FILE`, the chart's "

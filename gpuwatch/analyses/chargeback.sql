@@ -1,6 +1,8 @@
 -- Chargeback: what each team's GPU allocations cost, split into productive, false-util, idle and unobserved time, plus the fleet's unallocated and stranded cost.
 -- params: $start, $end (timestamps, window [start, end)), $idle_below (ratio), $false_reported_min (ratio), $false_effective_below (ratio), $group_by (a pod label key, '' = none); optional finisher param fragmentation (mig_fragmentation's frame, to reuse)
--- columns: kind, team, namespace, gpu_hours, cost_usd, productive_usd, false_util_usd, idle_usd, unobserved_usd, pods, share_of_fleet, fleet_cost_usd, group_value
+-- columns: kind, team, namespace, gpu_hours, cost_usd, productive_usd, false_util_usd, idle_usd, unobserved_usd, pods, share_of_fleet, fleet_cost_usd, group_value, cluster
+-- cluster: in a store holding several clusters (ingest --cluster), the cluster of the row's namespace
+-- ("<cluster>/<namespace>"); NULL otherwise and on the fleet-level rows.
 -- $group_by: team rows are also split by the value of that pod label (pods.labels), `(no <key>)` where a
 -- pod lacks it, in `group_value` (NULL when $group_by is ''): any label (cost center, project) groups the same money.
 -- docs/architecture.md#finding-semantics. Team = the pod's team label, else its namespace's team (teams file), else its namespace. A pod's allocated cost is its

@@ -36,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--team-label", default="team", metavar="KEY",
                         help="Prometheus: the pod label that names the team (kube-state-metrics must export it: "
                              "--metric-labels-allowlist=pods=[KEY]; default: %(default)s)")
+    parser.add_argument("--cluster", metavar="NAME",
+                        help="the cluster this data comes from, for a store holding several: its nodes and "
+                             "namespaces are stored as NAME/<node>, NAME/<namespace> (a lowercase DNS label)")
     parser.add_argument("--link", action="store_true",
                         help="bundle DIR with Parquet samples: query the Parquet files where they are instead of "
                              "copying them (large fleets; the files must stay there)")
@@ -46,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
              "end": units.parse_utc(args.end, what="--end") if args.end else None,
              "step": units.parse_duration(args.step, what="--step"),
              "at": units.parse_utc(args.at, what="--at") if args.at else None,
-             "team_label": check_label(args.team_label)}
+             "team_label": check_label(args.team_label), "cluster": check_cluster(args.cluster)}
+    if args.cluster and args.link:
+        raise units.UsageError("--cluster: not with --link (linked Parquet is read as it lies)")
     if args.source is None and not (args.prices or args.teams):
         raise units.UsageError("--from: required (or --prices / --teams alone, to load only those)")
     if args.source is not None:
@@ -75,6 +80,13 @@ def check_files(files: list[str], *, flag: str, what: str) -> None:
     for item in files:
         if not Path(item).is_file():
             raise units.DataError(f"{flag} {item}: no such file ({what})")
+
+
+def check_cluster(name: str | None) -> str | None:
+    """A cluster name: a lowercase DNS label (it becomes part of node and namespace names)."""
+    if name is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name):
+        raise units.UsageError(f"--cluster: {name!r} is not a cluster name (a lowercase DNS label, e.g. prod-eu-1)")
+    return name
 
 
 def check_label(key: str) -> str:
@@ -107,18 +119,19 @@ def check_source(source: str) -> None:
 
 def ingest(con: Any, source: str, *, start: datetime | None = None, end: datetime | None = None, step: float = 60.0,
            at: datetime | None = None, now: datetime | None = None, prices: list[str] = (), teams: list[str] = (),
-           team_label: str = "team") -> dict[str, int]:
+           team_label: str = "team", cluster: str | None = None) -> dict[str, int]:
     """Load ``source`` (bundle dir, prometheus:// URL or .prom file); returns rows per table."""
     if _is_url(source):
         end_at = end or (now or datetime.now(UTC)).replace(tzinfo=None)
         start_at = start or end_at - timedelta(days=7)
         frames = prometheus.fetch(source, start=start_at, end=end_at, step=step, team_label=team_label)
-        return store.load(con, frames, source=source, window=(start_at, end_at), prices=prices, teams=teams)
+        return store.load(con, frames, source=source, window=(start_at, end_at), prices=prices, teams=teams,
+                          cluster=cluster)
     path = Path(source)
     if path.is_file() and path.suffix in (".prom", ".txt", ".metrics"):
         frames = promfile.read_file(path, at=at)
-        return store.load(con, frames, source=str(path), prices=prices, teams=teams)
-    return store.load_bundle(con, path, progress=None, prices=prices, teams=teams)
+        return store.load(con, frames, source=str(path), prices=prices, teams=teams, cluster=cluster)
+    return store.load_bundle(con, path, progress=None, prices=prices, teams=teams, cluster=cluster)
 
 
 def _is_url(source: str) -> bool:

@@ -77,6 +77,9 @@ class _Context:
 
     def verdict(self, finding: dict, state: PodState | None) -> Action:
         """One pod's decision before owner grouping and rate limits."""
+        if "/" in str(finding.get("namespace") or ""):  # ingest --cluster: a cluster-qualified namespace
+            return _action(finding, state, "skip", "pod of a store holding several clusters "
+                           f"({str(finding['namespace']).split('/', 1)[0]}): reclaim acts on one cluster's store")
         if state is None:
             return _action(finding, None, "skip", "pod not found in the cluster (or pods table)")
         idle_since = finding["idle_since"]

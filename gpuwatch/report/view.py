@@ -66,8 +66,17 @@ def fleet_view(data, *, links: dict[str, str] | None = None) -> dict:
     context["waste_svg"] = _waste_svg(charge, by="team", title="Cost by team and kind (fleet parts below)")
     context["problems"] = chargeback.warnings(everything)
     context["groups"] = _group_rows(data, charge, prev)
+    context["clusters"] = _cluster_rows(charge)
     context.update(_findings(data, team=None))
     return context
+
+
+def _cluster_rows(charge) -> list[dict] | None:
+    """Spend per cluster in a store holding several (ingest --cluster); None for one cluster."""
+    teams = charge[charge["kind"] == "team"]
+    if "cluster" not in teams or teams["cluster"].isna().all():
+        return None
+    return _spend_rows(teams.assign(cluster=teams["cluster"].fillna("(none)")), teams.iloc[0:0], by="cluster")
 
 
 def _group_rows(data, charge, prev) -> dict | None:
@@ -88,7 +97,7 @@ def team_view(data, team: str) -> dict:
     context = _common(data, title=f"Team {team}", fleet=False, charge=charge, prev=prev, rows=rows, parts=parts,
                       breakdown="Namespace")
     context["daily_svg"] = ""
-    context["groups"] = None
+    context["groups"] = context["clusters"] = None
     context["waste_svg"] = _waste_svg(charge, by="namespace", title=f"Cost by namespace and kind — {team}")
     everything = data.frames["chargeback"]
     context["problems"] = chargeback.warnings(everything[everything["team"] == team])

@@ -26,33 +26,37 @@ from gpuwatch.store.validate import BundleError, check_bundle_name
 # ``prices=[LIST_PRICES]``: copy the shipped, dated reference list prices into the store.
 LIST_PRICES = "list"
 LIST_PRICES_FILE = Path(__file__).with_name("list_prices.csv")
+# ``cluster=NAME``: the identities that collide across clusters become NAME/<value> (Kubernetes node and
+# namespace names never contain "/", so the qualifier is unambiguous; GPU and pod UIDs are unique).
+QUALIFIED = {"devices": ("node",), "samples": ("node", "namespace"), "pods": ("node", "namespace"), "nodes": ("node",)}
 # Upsert keys; NULL MIG ids compare equal (IS NOT DISTINCT FROM).
 KEYS = {"devices": ("node", "gpu_uuid", "mig_gi_id"), "pods": ("namespace", "pod", "pod_uid"),
         "prices": ("gpu_model", "node_label"), "teams": ("namespace",), "nodes": ("node",)}
 
 
 def load(con: Any, frames: dict, *, source: str, window: tuple[datetime, datetime] | None = None,
-         prices: Sequence[str | Path] = (), teams: Sequence[str | Path] = ()) -> dict[str, int]:
+         prices: Sequence[str | Path] = (), teams: Sequence[str | Path] = (), cluster: str | None = None) -> dict[str, int]:
     """Check and load ``frames`` (bundle name -> DataFrame) in one transaction; rows per table.
 
     ``window`` is what the reader asked for (Prometheus' query range), recorded in ingest_log.
     ``prices``: price files loaded in the same transaction, after the frames (so they win), and/or
     ``LIST_PRICES`` (the shipped list prices, used only for models with no price of the cluster's).
-    ``teams``: namespace -> team files (bundle file ``teams``), loaded the same way."""
+    ``teams``: namespace -> team files (bundle file ``teams``), loaded the same way. ``cluster``: the
+    cluster these frames come from, for a store holding several (nodes and namespaces become NAME/...)."""
     for name in frames:
         check_bundle_name(name, file=f"{source}:{name}")
     parts = {name: ([lambda c, f=frame, label=f"{source}:{name}": _frame_view(c, f, label=label)], f"{source}:{name}")
              for name, frame in frames.items()}
-    return _load(con, parts, source=source, window=window, prices=prices, teams=teams)
+    return _load(con, parts, source=source, window=window, prices=prices, teams=teams, cluster=cluster)
 
 
 def load_bundle(con: Any, path: str | Path, *, window: tuple[datetime, datetime] | None = None,
                 progress: bool | None = False, prices: Sequence[str | Path] = (),
-                teams: Sequence[str | Path] = ()) -> dict[str, int]:
+                teams: Sequence[str | Path] = (), cluster: str | None = None) -> dict[str, int]:
     """Load a bundle directory (any subset of its files); DuckDB checks, types and inserts it."""
     files = bundle.find_files(path)
     parts = {name: (bundle.parts(file), str(file)) for name, file in files.items()}
-    return _load(con, parts, source=str(path), window=window, prices=prices, teams=teams)
+    return _load(con, parts, source=str(path), window=window, prices=prices, teams=teams, cluster=cluster)
 
 
 def link_bundle(con: Any, path: str | Path) -> dict[str, int]:
@@ -82,12 +86,12 @@ def link_bundle(con: Any, path: str | Path) -> dict[str, int]:
 
 
 def _load(con: Any, parts: dict[str, tuple[Iterator, str]], *, source: str, window,
-          prices: Sequence[str | Path] = (), teams: Sequence[str | Path] = ()) -> dict[str, int]:
+          prices: Sequence[str | Path] = (), teams: Sequence[str | Path] = (), cluster: str | None = None) -> dict[str, int]:
     counts = dict.fromkeys(BUNDLE_COLUMNS, 0)
     with _transaction(con):
         for name, (pieces, file) in parts.items():
             if name != "samples":
-                counts[name] = sum(_insert_part(con, name, part, file=file) for part in pieces)
+                counts[name] = sum(_insert_part(con, name, part, file=file, cluster=cluster) for part in pieces)
         for item in prices:
             if str(item) == LIST_PRICES:
                 _replace_list_prices(con)
@@ -101,6 +105,7 @@ def _load(con: Any, parts: dict[str, tuple[Iterator, str]], *, source: str, wind
             pieces, file = parts["samples"]
             for i, part in enumerate(pieces):
                 counts["samples"] += _insert_part(con, "samples", part, file=file, append=i > 0)
+            _qualify(con, "incoming_samples", "samples", cluster)
             carried = _replace_carried(con)
             window = window or carried
         _log(con, source=source, window=window, counts=counts)
@@ -108,7 +113,7 @@ def _load(con: Any, parts: dict[str, tuple[Iterator, str]], *, source: str, wind
     return counts
 
 
-def _insert_part(con: Any, name: str, part, *, file: str, append: bool = False) -> int:
+def _insert_part(con: Any, name: str, part, *, file: str, append: bool = False, cluster: str | None = None) -> int:
     """Type and check one part of a file in one statement; small tables are upserted by key, samples
     gather in ``incoming_samples`` until every part is checked."""
     import duckdb
@@ -132,9 +137,17 @@ def _insert_part(con: Any, name: str, part, *, file: str, append: bool = False) 
     if name == "samples":
         return con.execute(f"SELECT count(*) FROM {target}").fetchall()[0][0]
     try:
+        _qualify(con, "incoming", name, cluster)
         return _upsert_incoming(con, name)
     finally:
         con.execute("DROP TABLE incoming")
+
+
+def _qualify(con: Any, table: str, name: str, cluster: str | None) -> None:
+    """Prefix the bundle table's colliding identities (QUALIFIED) with ``cluster/`` (bound, never formatted)."""
+    for column in QUALIFIED.get(name, ()) if cluster else ():
+        con.execute(f"UPDATE {table} SET {column} = $c || '/' || {column} "
+                    f"WHERE nullif(trim({column}), '') IS NOT NULL AND NOT contains({column}, '/')", {"c": cluster})
 
 
 def _upsert_incoming(con: Any, name: str) -> int:

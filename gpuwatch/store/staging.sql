@@ -113,10 +113,14 @@ SELECT * FROM final;
 
 -- Namespace -> team (the teams file): an exact name wins over a glob, a longer glob over a shorter one;
 -- NULL when no row matches.
+-- In a store holding several clusters (ingest --cluster), a namespace is "<cluster>/<namespace>": the
+-- teams file names namespaces without their cluster (one map for every cluster).
+CREATE OR REPLACE MACRO cluster_of(name) AS CASE WHEN contains(name, '/') THEN split_part(name, '/', 1) END;
+CREATE OR REPLACE MACRO unqualified(name) AS regexp_replace(name, '^[^/]*/', '');
 CREATE OR REPLACE MACRO namespace_team(ns) AS (
-    SELECT arg_max(trim(t.team), (trim(t.namespace) = ns, length(trim(t.namespace)), t.team))
+    SELECT arg_max(trim(t.team), (trim(t.namespace) = unqualified(ns), length(trim(t.namespace)), t.team))
     FROM teams t
-    WHERE ns GLOB trim(t.namespace) AND nullif(trim(t.team), '') IS NOT NULL
+    WHERE unqualified(ns) GLOB trim(t.namespace) AND nullif(trim(t.team), '') IS NOT NULL
 );
 
 -- Pods: one allocation per (namespace, pod) (the latest start wins), its team and what it costs.
