@@ -11,6 +11,7 @@ nothing (or half a request) holds no worker thread and is dropped after the time
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import logging
 import threading
@@ -63,7 +64,10 @@ class Server:
         def close_all() -> None:
             for channel in list(server._map.values()):
                 channel.close()
-        server.trigger.pull_trigger(close_all)
+        # a closed trigger (OSError) means the loop has already ended: nothing left to close
+        if self.thread.is_alive():
+            with contextlib.suppress(OSError):
+                server.trigger.pull_trigger(close_all)
         self.thread.join(timeout=5)
         server.task_dispatcher.shutdown()
 
