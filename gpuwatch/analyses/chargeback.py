@@ -48,16 +48,8 @@ def finish(con: Any, frame, params: dict):
     out["gpu_hours"] = out["gpu_hours"].fillna(0.0)
     out["fleet_cost_usd"] = sum(cents) / 100
     out["share_of_fleet"] = out["cost_usd"] / fleet if fleet else math.nan
-    out["cluster"] = cluster_of(out["namespace"])
     out = out.sort_values(["kind", "cost_usd", "team", "namespace"], ascending=[False, False, True, True], kind="stable")
     return out[list(COLUMNS)].reset_index(drop=True)
-
-
-def cluster_of(namespaces):
-    """The cluster of each (``<cluster>/<namespace>``) namespace in a store holding several (ingest --cluster);
-    None for a single cluster's plain names (Kubernetes namespaces never contain "/")."""
-    text = namespaces.astype(object).where(namespaces.notna(), "")
-    return text.map(lambda n: n.split("/", 1)[0] if "/" in n else None)
 
 
 # Rows that carry GPU-hours but no dollars: never $0 inside a team, never part of the fleet cost.

@@ -142,13 +142,13 @@ teams AS (
            sum(productive_usd) AS productive_usd, sum(false_util_usd) AS false_util_usd, sum(idle_usd) AS idle_usd,
            sum(allocated_usd - observed_usd) AS unobserved_usd, count(*) AS pods,
            CAST(NULL AS VARCHAR) AS node, CAST(NULL AS VARCHAR) AS gpu_uuid, CAST(NULL AS DOUBLE) AS amount_usd,
-           group_value
+           group_value, cluster_of(namespace) AS cluster
     FROM per_pod
     GROUP BY unpriced, team, namespace, group_value
 ),
 over_allocated AS (
     SELECT 'over_allocated' AS kind, team, namespace, sum(over_gpu_hours), 0.0, 0.0, 0.0, 0.0, count(*),
-           NULL, NULL, NULL, group_value
+           NULL, NULL, NULL, group_value, cluster_of(namespace)
     FROM per_pod WHERE over_gpu_hours > 0
     GROUP BY team, namespace, group_value
 ),
@@ -159,12 +159,13 @@ priced AS (
 ),
 fleet AS (
     SELECT 'fleet' AS kind, NULL AS team, NULL AS namespace, sum(window_hours) FILTER (WHERE window_usd IS NOT NULL),
-           0.0, 0.0, 0.0, 0.0, count(*) AS pods, NULL, NULL, coalesce(sum(window_usd), 0) AS amount_usd, NULL AS group_value
+           0.0, 0.0, 0.0, 0.0, count(*) AS pods, NULL, NULL, coalesce(sum(window_usd), 0) AS amount_usd, NULL AS group_value,
+           NULL AS cluster
     FROM priced
 ),
 unpriced_capacity AS (
     SELECT 'unpriced_capacity' AS kind, NULL, NULL, sum(window_hours), 0.0, 0.0, 0.0, 0.0, count(*),
-           NULL, NULL, NULL, NULL
+           NULL, NULL, NULL, NULL, NULL
     FROM priced WHERE window_usd IS NULL HAVING count(*) > 0
 ),
 mig_free AS (
@@ -173,7 +174,7 @@ mig_free AS (
     SELECT 'mig_free' AS kind, NULL, NULL,
            greatest(window_usd - coalesce(instances_usd_per_hour, 0) * window_hours, 0) / nullif(usd_per_gpu_hour, 0),
            0.0, 0.0, 0.0, 0.0, 0, node, gpu_uuid,
-           greatest(window_usd - coalesce(instances_usd_per_hour, 0) * window_hours, 0) AS amount_usd, NULL
+           greatest(window_usd - coalesce(instances_usd_per_hour, 0) * window_hours, 0) AS amount_usd, NULL, NULL
     FROM priced WHERE mig
 ),
 final AS (
