@@ -31,6 +31,16 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|[smhdw]?)$")
 EARLIEST_YEAR, LATEST_YEAR = 2000, 2100  # a time given on a flag outside these years is a typo
 
 
+_LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def parse_label_key(text: str, *, what: str, example: str = "team or example.com/team") -> str:
+    """A Kubernetes label key (optional DNS prefix, then alphanumerics, '-', '_', '.'), else UsageError."""
+    if not _LABEL_KEY.fullmatch(text or ""):
+        raise UsageError(f"{what}: {text!r} is not a Kubernetes label key (e.g. {example})")
+    return text
+
+
 def parse_duration(text: str, *, what: str) -> float:
     """``500ms``, ``90s``, ``15m``, ``1.5h``, ``1d``, ``1w`` or a plain number of seconds -> seconds (> 0)."""
     match = _DURATION.match(str(text).strip())

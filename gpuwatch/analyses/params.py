@@ -7,7 +7,6 @@ Every key is a bound ``$param`` of some analysis and a flag of ``gpuwatch analyz
 from __future__ import annotations
 
 import math
-import re
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -41,14 +40,11 @@ HELP: dict[str, str] = {
 }
 # Text options (not thresholds): ``group_by`` = a pod label key chargeback also groups by ('' = none).
 OPTIONS: dict[str, str] = {"group_by": ""}
-LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
 def label_key(text: str, *, what: str) -> str:
-    """A Kubernetes label key (``cost_center``, ``example.com/project``) or '' (none); else UsageError."""
-    if text and not LABEL_KEY.fullmatch(text):
-        raise units.UsageError(f"{what}: {text!r} is not a pod label key (e.g. cost_center or example.com/project)")
-    return text
+    """A pod label key (``cost_center``, ``example.com/project``) or '' (none); else UsageError."""
+    return units.parse_label_key(text, what=what, example="cost_center or example.com/project") if text else text
 
 
 # Valid range per threshold (inclusive): ratios and shares in 0-1, durations and counts >= 0.

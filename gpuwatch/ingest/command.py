@@ -90,17 +90,13 @@ def check_cluster(name: str | None) -> str | None:
 
 
 def check_label(key: str) -> str:
-    """A Kubernetes label key (optional DNS prefix, then a name of alphanumerics, '-', '_', '.')."""
-    if not re.fullmatch(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", key or ""):
-        raise units.UsageError(f"--team-label: {key!r} is not a Kubernetes label key (e.g. team or example.com/team)")
-    return key
+    """The --team-label: a Kubernetes label key."""
+    return units.parse_label_key(key, what="--team-label")
 
 
 def check_prices(prices: list[str]) -> None:
     """Every --prices is 'list' or an existing file: a DataError names the one that is not."""
-    for item in prices:
-        if item != store.LIST_PRICES and not Path(item).is_file():
-            raise units.DataError(f"--prices {item}: no such file (a prices CSV/Parquet, or 'list')")
+    check_files([p for p in prices if p != store.LIST_PRICES], flag="--prices", what="a prices CSV/Parquet, or 'list'")
 
 
 def print_prices(con: Any) -> None:
