@@ -1,6 +1,11 @@
 """The nvml source: read() against a FAKE pynvml (tests/fakes/fake_pynvml.py, at the NVML boundary,
 scenarios built from real nvidia-smi captures under tests/fixtures/nvml/), parse() on its payload,
 and — on a machine with a GPU (``@pytest.mark.gpu``) — ``gpuwatch export --source nvml`` for real.
+
+Also: every default dcgm-exporter field NVML can give arrives in DCGM's unit and arithmetic; each one
+the GPU lacks (NOT_SUPPORTED, NO_PERMISSION, any NVMLError) is absent while the rest stay; MIG
+instances repeat GPU-level fields and carry their own FB; PROVIDED_FIELD_IDS is exactly what a
+fully capable device reports.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ import urllib.request
 
 import pytest
 
+from gpuwatch.fields import BY_ID, fid
 from gpuwatch.sources import SourceOptions, nvml
+from gpuwatch.units import MIB
 from tests.conftest import FIXTURES
 from tests.fakes.fake_pynvml import FakeNvml
 from tests.support.prometheus import free_port
@@ -24,9 +31,45 @@ def scenario(name: str) -> dict:
     return json.loads((FIXTURES / "nvml" / f"{name}.json").read_text())
 
 
-def open_fake(name: str, **changes):
-    fake = FakeNvml(scenario(name))
+def open_fake(name: str | dict, **changes):
+    fake = FakeNvml(scenario(name) if isinstance(name, str) else name)
     return fake, nvml.open_source(SourceOptions(node="n1"), nvml=fake)
+
+
+NEW = {name: fid(name) for name in (
+    "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL",
+    "DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE")}
+# The h100 capture's GPU with every optional NVML answer: reserved = total - used - free (478 MiB, as
+# memory info v2 reports it), NVLink all-link data counters in KiB at NVML's µs timestamps.
+GPU_LEVEL = {"pcie_replay": 3, "encoder_util": 12, "decoder_util": 30,
+             "remapped_rows": {"correctable": 2, "uncorrectable": 1, "pending": 0, "failure": 0},
+             "grid_licensing": {"supported": 0, "features": []},
+             "field_values": {"82": 48, "138": 1_000_000, "139": 2_000_000},
+             "field_timestamp_us": 1_700_000_000_000_000}
+
+
+def capable(name: str = "h100", **gpu_changes) -> dict:
+    data = scenario(name)
+    gpu = data["gpus"][0]
+    gpu |= copy.deepcopy(GPU_LEVEL) | gpu_changes
+    for mem in [gpu["memory"], *(m["memory"] for m in gpu.get("mig", []))]:
+        mem.setdefault("reserved", mem["total"] - mem["used"] - mem["free"])
+    return data
+
+
+def advance_nvlink(fake, *, tx_kib: int, rx_kib: int, seconds: float, gpu: int = 0) -> None:
+    """Move the fake's NVLink counters and their NVML timestamp forward, as traffic and time would."""
+    g = fake.scenario["gpus"][gpu]
+    g["field_values"] = g["field_values"] | {"138": g["field_values"]["138"] + tx_kib,
+                                              "139": g["field_values"]["139"] + rx_kib}
+    g["field_timestamp_us"] += int(seconds * 1e6)
+
+
+def read_twice(fake, source, **advance):
+    source.read(0)
+    advance_nvlink(fake, **({"tx_kib": 30_000_000, "rx_kib": 20_000_000, "seconds": 2.0} | advance))
+    return source.read(2)
 
 
 def test_whole_gpu_values_in_dcgm_units():
@@ -131,6 +174,137 @@ def test_real_gpu_export_serves_dcgm_series(tmp_path):
     finally:
         process.terminate()
         process.wait(timeout=15)
+
+
+def test_default_dcgm_fields_in_dcgm_units():
+    fake, source = open_fake(capable())
+    first = source.read(0).readings[0].values
+    assert NEW["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] not in first, "a rate needs two samples"
+    v = read_twice(fake, source).readings[0].values
+    assert v[140] == 48                                             # C (field value, uiVal)
+    assert v[202] == 3                                              # PCIe replays, count
+    assert (v[206], v[207]) == (12, 30)                             # %, not the sampling period
+    assert v[253] == 478 and v[252] == 19818 and v[250] == 81559    # MiB; v2 used excludes reserved
+    assert v[449] == 25_000                                         # 50e6 KiB / 2 s / 1000, as DCGM
+    assert (v[393], v[394], v[395]) == (1, 2, 0)                    # uncorrectable, correctable, failure
+    assert v[526] == 0, "no grid licensing (bare metal): DCGM publishes 0"
+
+
+def test_provided_field_ids_are_what_a_fully_capable_device_reports():
+    fake, source = open_fake(capable())
+    reported = set(read_twice(fake, source).readings[0].values)
+    assert reported == nvml.PROVIDED_FIELD_IDS
+    assert set(NEW.values()) <= nvml.PROVIDED_FIELD_IDS <= set(BY_ID)
+
+
+def test_a_gpu_without_the_optional_calls_keeps_its_other_fields():
+    _, source = open_fake("h100")  # the capture has none of the optional answers: all NOT_SUPPORTED
+    v = source.read(0).readings[0].values
+    assert not set(NEW.values()) & set(v)
+    assert v[252] == 19818 and v[251] == 61263 and v[150] == 59, "memory info v1 when v2 is missing"
+
+
+@pytest.mark.parametrize(("key", "gone"), [
+    ("pcie_replay", {202}), ("encoder_util", {206}), ("decoder_util", {207}), ("grid_licensing", {526}),
+    ("remapped_rows", {393, 394, 395}), ("field_values", {140, 449})])
+def test_each_unsupported_field_is_absent_alone(key, gone):
+    data = capable()
+    del data["gpus"][0][key]
+    fake, source = open_fake(data)
+    if key == "field_values":
+        source.read(0)
+        reported = set(source.read(2).readings[0].values)
+    else:
+        reported = set(read_twice(fake, source).readings[0].values)
+    assert reported == nvml.PROVIDED_FIELD_IDS - gone
+
+
+@pytest.mark.parametrize("error", ["NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_NO_PERMISSION", "NVML_ERROR_UNKNOWN"])
+def test_per_field_nvml_errors_leave_only_that_field_absent(error):
+    calls = {"nvmlDeviceGetPcieReplayCounter": {202}, "nvmlDeviceGetEncoderUtilization": {206},
+             "nvmlDeviceGetRemappedRows": {393, 394, 395}, "nvmlDeviceGetGridLicensableFeatures": {526},
+             "nvmlDeviceGetFieldValues": {140, 449}}
+    fake, source = open_fake(capable(errors=dict.fromkeys(calls, error)))
+    snap = read_twice(fake, source)
+    assert snap.problems == () and snap.lost == ()
+    values = snap.readings[0].values
+    assert set(values) == nvml.PROVIDED_FIELD_IDS - set().union(*calls.values())
+    assert values[207] == 30 and values[253] == 478
+
+
+def test_a_failed_field_value_entry_drops_only_that_field():
+    data = capable(field_values={"82": {"nvmlReturn": "NVML_ERROR_NO_PERMISSION"}, "138": 5, "139": 7})
+    fake, source = open_fake(data)
+    v = read_twice(fake, source).readings[0].values
+    assert 140 not in v and v[449] == 25_000
+
+
+@pytest.mark.parametrize(("entry", "expected"), [
+    (48, 48),                                                           # unsigned int, as NVML types it
+    (46.0, 46),                                                         # a real double
+    ({"uiVal": 47, "valueType": "NVML_VALUE_TYPE_DOUBLE"}, 47),         # r545 mislabels the uint as double
+    ({"sllVal": 51, "valueType": "NVML_VALUE_TYPE_SIGNED_LONG_LONG"}, 51),
+    ({"uiVal": 255, "valueType": "NVML_VALUE_TYPE_UNSIGNED_INT"}, None),  # > 200 C: DCGM drops it as bogus
+])
+def test_memory_temperature_is_decoded_by_value_type(entry, expected):
+    _, source = open_fake(capable(field_values={"82": entry}))
+    assert source.read(0).readings[0].values.get(140) == expected
+
+
+def test_nvlink_bandwidth_reads_all_links_and_is_dcgm_rate():
+    fake, source = open_fake(capable())
+    assert read_twice(fake, source, tx_kib=3_000, rx_kib=1_000, seconds=0.5).readings[0].values[449] == 8
+    advance_nvlink(fake, tx_kib=0, rx_kib=0, seconds=1)
+    assert source.read(3).readings[0].values[449] == 0, "idle links: 0, not absent"
+    fake.scenario["gpus"][0]["field_values"] |= {"138": 0, "139": 0}  # driver reload reset the counters
+    advance_nvlink(fake, tx_kib=0, rx_kib=0, seconds=1)
+    assert 449 not in source.read(4).readings[0].values, "no negative rate across a counter reset"
+
+
+def test_nvlink_without_nvml_timestamps_uses_the_read_time():
+    fake, source = open_fake(capable(field_timestamp_us=0))
+    source.read(1000.0)
+    advance_nvlink(fake, tx_kib=4_000_000, rx_kib=0, seconds=0)
+    assert source.read(1002.0).readings[0].values[449] == 2_000
+
+
+@pytest.mark.parametrize(("licensing", "expected"), [
+    ({"supported": 0, "features": []}, 0),                                  # bare metal, as DCGM serves it
+    ({"supported": 1, "features": [{"code": 1, "state": 1}]}, 1),           # vGPU feature licensed
+    ({"supported": 1, "features": [{"code": 2, "state": 1}, {"code": 1, "state": 0}]}, 0),
+    ({"supported": 1, "features": [{"code": 2, "state": 1}]}, None),        # no vGPU feature: DCGM writes nothing
+    (None, None),                                                           # call NOT_SUPPORTED
+])
+def test_vgpu_license_status_follows_dcgm(licensing, expected):
+    _, source = open_fake(capable(grid_licensing=licensing))
+    assert source.read(0).readings[0].values.get(526) == expected
+
+
+def test_mig_instances_repeat_gpu_level_fields_and_own_their_fb():
+    data = capable("h100-mig")
+    data["gpus"][0]["memory"]["reserved"] = 600 * MIB
+    for m in data["gpus"][0]["mig"]:
+        m["memory"]["reserved"] = m["gi_id"] * 10 * MIB
+    fake, source = open_fake(data)
+    snap = read_twice(fake, source)
+    assert [r.device.mig_gi_id for r in snap.readings] == [2, 3, 9, 10]
+    gpu_level = {140: 48, 202: 3, 206: 12, 207: 30, 393: 1, 394: 2, 395: 0, 449: 25_000, 526: 0}
+    for r in snap.readings:
+        assert {k: r.values.get(k) for k in gpu_level} == gpu_level, r.device.mig_gi_id
+        assert 203 not in r.values
+    assert {r.device.mig_gi_id: r.values[253] for r in snap.readings} == {2: 20, 3: 30, 9: 90, 10: 100}
+    assert {r.values[250] for r in snap.readings if r.device.mig_gi_id == 3} == {20096}
+
+
+def test_parse_is_pure_on_a_payload_with_every_field():
+    fake, _source = open_fake(capable())
+    state = nvml.ReadState()
+    nvml.read(fake, state)
+    advance_nvlink(fake, tx_kib=1_000, rx_kib=1_000, seconds=1)
+    raw = nvml.read(fake, state)
+    again = json.loads(json.dumps(raw))
+    assert nvml.parse(again, node="n1") == nvml.parse(raw, node="n1")
+    assert nvml.parse(again, node="n1").readings[0].values[449] == 2
 
 
 def test_scenarios_are_not_mutated_between_tests():

@@ -9,6 +9,16 @@ SM occupancy -> PROF_SM_OCCUPANCY, any-tensor util -> PROF_PIPE_TENSOR_ACTIVE, D
 util -> PROF_DRAM_ACTIVE, graphics util -> PROF_GR_ENGINE_ACTIVE (percent / 100 = ratio), NVLink
 and PCIe MiB/s -> PROF_NVLINK_*/PROF_PCIE_* bytes/s. GPM needs two samples, so profiling values
 appear from the second read on.
+The other default dcgm-exporter fields are read as DCGM's cache manager reads them; FB fields come
+from memory info v2 (``used`` excludes ``reserved``, as DCGM reads them on R510+; v1 without v2), and
+NVLINK_BANDWIDTH_TOTAL is DCGM's rate of the all-link NVLink data counters, so it too appears from
+the second read on. An NVMLError other than GPU-lost leaves that one field absent, never 0.
+
+MIG: like dcgm-exporter (DCGM maps GPU-level fields watched on a GPU instance to its parent GPU),
+GPU-level fields (clocks, temperatures, power, energy, XID, PCIe replays, encoder/decoder util,
+remapped rows, NVLink bandwidth, vGPU license) are read once per GPU and repeated on each instance;
+FB fields come from the instance's own memory info; GPU_UTIL / MEM_COPY_UTIL do not exist on MIG,
+and the GPM PCIe/NVLink rates are served on whole GPUs only.
 """
 
 from __future__ import annotations
@@ -17,10 +27,16 @@ import importlib
 from dataclasses import dataclass, field
 
 from gpuwatch.sources import Snapshot, SourceOptions
-from gpuwatch.sources.nvml_parse import GPM_METRICS, mig_profile_name, parse
+from gpuwatch.sources.nvml_parse import GPM_METRICS, PROVIDED_FIELD_IDS, mig_profile_name, parse
 
-__all__ = ["NvmlSource", "ReadState", "mig_identities", "mig_profile_name", "open_source", "parse", "probe", "read"]
+__all__ = ["PROVIDED_FIELD_IDS", "NvmlSource", "ReadState", "mig_identities", "mig_profile_name", "open_source",
+           "parse", "probe", "read"]
 GPU_IS_LOST = 15  # NVML_ERROR_GPU_IS_LOST
+# NVML_FI_DEV_* ids by number, stable across bindings (older nvidia-ml-py lacks the NVLink names)
+MEMORY_TEMP_FI, NVLINK_DATA_TX_FI, NVLINK_DATA_RX_FI = 82, 138, 139
+ALL_LINKS = 0xFFFFFFFF  # field-value scopeId meaning every NVLink of the GPU (what DCGM passes)
+_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")  # by NVML_VALUE_TYPE_*
+_REMAPPED_ROWS = ("correctable", "uncorrectable", "pending", "failure")  # nvmlDeviceGetRemappedRows order
 
 
 def probe(options: SourceOptions) -> str | None:
@@ -46,6 +62,7 @@ class ReadState:
 
     gpm: dict = field(default_factory=dict)  # (gpu index, gi id | None) -> previous GPM sample
     events: object = None
+    nvlink: dict = field(default_factory=dict)  # gpu index -> previous all-link NVLink counter sample
     xid: dict = field(default_factory=dict)  # gpu uuid -> last XID seen
     uuids: dict = field(default_factory=dict)  # gpu index -> uuid (to name a GPU once it is lost)
     process_ts: int = 0
@@ -63,7 +80,7 @@ class NvmlSource:
         if not self._ready:
             self.nvml.nvmlInit()
             self._ready = True
-        return parse(read(self.nvml, self.state, profiling=self.profiling), node=self.node)
+        return parse(read(self.nvml, self.state, profiling=self.profiling, now=now), node=self.node)
 
     def close(self) -> None:
         for sample in self.state.gpm.values():
@@ -76,29 +93,28 @@ class NvmlSource:
 
 # --- read: all I/O ----------------------------------------------------------------------------
 
-def read(nvml, state: ReadState, *, profiling: bool = True) -> dict:
-    """One pass over every GPU: a JSON-able dict (see tests/fixtures/nvml/*.json)."""
+def read(nvml, state: ReadState, *, profiling: bool = True, now: float | None = None) -> dict:
+    """One pass over every GPU: a JSON-able dict (see tests/fixtures/nvml/*.json). ``now`` (epoch
+    seconds) stamps NVLink counters that NVML returns without a timestamp."""
     gpus = []
     _drain_xid_events(nvml, state)
     for index in range(nvml.nvmlDeviceGetCount()):
         try:
-            gpus.append(_read_gpu(nvml, state, index, profiling=profiling))
+            gpus.append(_read_gpu(nvml, state, index, profiling=profiling, now=now))
         except nvml.NVMLError as exc:
             lost = getattr(exc, "value", None) == GPU_IS_LOST
             gpus.append({"index": index, "uuid": state.uuids.get(index), "lost": lost, "error": str(exc)})
     return {"driver_version": _text(_quiet(nvml.nvmlSystemGetDriverVersion)), "gpus": gpus}
 
 
-def _read_gpu(nvml, state: ReadState, index: int, *, profiling: bool) -> dict:
+def _read_gpu(nvml, state: ReadState, index: int, *, profiling: bool, now: float | None) -> dict:
     h = nvml.nvmlDeviceGetHandleByIndex(index)
     uuid = _text(nvml.nvmlDeviceGetUUID(h))
     state.uuids[index] = uuid
     _register_xid(nvml, state, h)
-    mem = nvml.nvmlDeviceGetMemoryInfo(h)
     util = _optional(nvml, nvml.nvmlDeviceGetUtilizationRates, h)
     gpu = {"index": index, "uuid": uuid, "name": _text(nvml.nvmlDeviceGetName(h)),
-           "pci_bus_id": _text(nvml.nvmlDeviceGetPciInfo(h).busId),
-           "memory": {"total": mem.total, "used": mem.used, "free": mem.free},
+           "pci_bus_id": _text(nvml.nvmlDeviceGetPciInfo(h).busId), "memory": _read_memory(nvml, h),
            "utilization": None if util is None else {"gpu": util.gpu, "memory": util.memory},
            "power_mw": _optional(nvml, nvml.nvmlDeviceGetPowerUsage, h),
            "temperature_c": _optional(nvml, nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU),
@@ -107,6 +123,7 @@ def _read_gpu(nvml, state: ReadState, index: int, *, profiling: bool) -> dict:
            "energy_mj": _optional(nvml, nvml.nvmlDeviceGetTotalEnergyConsumption, h),
            "xid": state.xid.get(uuid, 0 if state.events else None),
            "mig": _read_mig(nvml, state, h, index, profiling=profiling)}
+    gpu |= _read_health(nvml, h) | {"nvlink": _read_nvlink(nvml, state, h, index, now=now)}
     if not gpu["mig"]:
         gpu["gpm"] = _read_gpm(nvml, state, h, (index, None)) if profiling else None
         gpu["processes"] = _read_processes(nvml, state, h)
@@ -127,13 +144,72 @@ def _read_mig(nvml, state: ReadState, h, index: int, *, profiling: bool) -> list
             continue
         seen.add(gi_id)
         info = nvml.nvmlGpuInstanceGetInfo(nvml.nvmlDeviceGetGpuInstanceById(h, gi_id))
-        mem = nvml.nvmlDeviceGetMemoryInfo(mig)
         out.append({"gi_id": gi_id, "uuid": _text(nvml.nvmlDeviceGetUUID(mig)),
                     "profile": mig_profile_name(_text(nvml.nvmlDeviceGetName(mig))), "profile_id": info.profileId,
                     "placement_start": info.placement.start, "placement_size": info.placement.size,
-                    "memory": {"total": mem.total, "used": mem.used, "free": mem.free},
+                    "memory": _read_memory(nvml, mig),
                     "gpm": _read_gpm(nvml, state, h, (index, gi_id)) if profiling else None})
     return out
+
+
+def _read_memory(nvml, h) -> dict:
+    """FB bytes as DCGM reads them: memory info v2 (with ``reserved``), v1 where the driver lacks v2."""
+    mem = _optional(nvml, nvml.nvmlDeviceGetMemoryInfo, h, nvml.nvmlMemory_v2)
+    if mem is None:
+        mem = nvml.nvmlDeviceGetMemoryInfo(h)
+        return {"total": mem.total, "used": mem.used, "free": mem.free}
+    return {"total": mem.total, "used": mem.used, "free": mem.free, "reserved": mem.reserved}
+
+
+def _read_health(nvml, h) -> dict:
+    """GPU-level fields of dcgm-exporter's default set beyond the basics (None = not available)."""
+    enc = _optional(nvml, nvml.nvmlDeviceGetEncoderUtilization, h)  # [util %, sampling period µs]
+    dec = _optional(nvml, nvml.nvmlDeviceGetDecoderUtilization, h)
+    rows = _optional(nvml, nvml.nvmlDeviceGetRemappedRows, h)
+    temp = _field_values(nvml, h, [MEMORY_TEMP_FI])[0]
+    return {"memory_temp_c": None if temp is None else int(temp[0]),
+            "pcie_replay": _optional(nvml, nvml.nvmlDeviceGetPcieReplayCounter, h),
+            "encoder_util": None if enc is None else enc[0], "decoder_util": None if dec is None else dec[0],
+            "remapped_rows": None if rows is None else dict(zip(_REMAPPED_ROWS, rows, strict=True)),
+            "grid_licensing": _read_grid_licensing(nvml, h)}
+
+
+def _read_grid_licensing(nvml, h) -> dict | None:
+    """Grid licensing support and [feature code, state] pairs: DCGM's VGPU_LICENSE_STATUS input."""
+    if (lic := _optional(nvml, nvml.nvmlDeviceGetGridLicensableFeatures, h)) is None:
+        return None
+    features = lic.gridLicensableFeatures[: lic.licensableFeaturesCount]
+    return {"supported": int(lic.isGridLicenseSupported), "features": [[f.featureCode, f.featureState] for f in features]}
+
+
+def _read_nvlink(nvml, state: ReadState, h, index: int, *, now: float | None) -> dict | None:
+    """This read's and the previous read's all-link NVLink data RX+TX counter (KiB) with NVML's
+    timestamps (µs), as DCGM samples them for NVLINK_BANDWIDTH_TOTAL; None where not supported."""
+    rx, tx = _field_values(nvml, h, [(NVLINK_DATA_RX_FI, ALL_LINKS), (NVLINK_DATA_TX_FI, ALL_LINKS)])
+    if rx is None or tx is None:
+        state.nvlink.pop(index, None)
+        return None
+    stamp = max(rx[1], tx[1]) or (None if now is None else round(now * 1e6))
+    sample = {"kib": int(rx[0] + tx[0]), "timestamp_us": stamp}
+    previous, state.nvlink[index] = state.nvlink.get(index), sample
+    return sample | {"previous": previous}
+
+
+def _field_values(nvml, h, ids: list) -> list[tuple | None]:
+    """nvmlDeviceGetFieldValues: (value, timestamp µs) per id; None where its entry's own nvmlReturn
+    (or the whole call) failed."""
+    entries = _optional(nvml, nvml.nvmlDeviceGetFieldValues, h, ids) or [None] * len(ids)
+    return [(value, e.timestamp) if e is not None and e.nvmlReturn == 0 and (value := _decode(e)) is not None
+            else None for e in entries]
+
+
+def _decode(entry):
+    """The union member valueType names. A double whose high word is zero is an integer that r545
+    drivers mislabel (memory temperature, nvbug 4300930; DCGM reads uiVal for it)."""
+    if entry.valueType == 0 and entry.value.ullVal >> 32 == 0:
+        return entry.value.ullVal
+    member = _VALUE_MEMBERS[entry.valueType] if 0 <= entry.valueType < len(_VALUE_MEMBERS) else None
+    return member and getattr(entry.value, member)
 
 
 def mig_identities(nvml) -> dict[tuple[str, int], dict]:

@@ -7,6 +7,15 @@ the real ``c_nvmlGpmMetricsGet_t`` struct). Constants, structs and the ``NVMLErr
 the real pynvml's, so ``NVMLError(NVML_ERROR_GPU_IS_LOST)`` is the real ``NVMLError_GpuIsLost``.
 Scenario values follow nvidia-smi's units (bytes, mW, °C, MHz, %). A GPU with ``"lost": True``
 raises GPU_IS_LOST from every call, as NVML does after a GPU falls off the bus.
+
+Optional per-GPU keys (absent = the call raises NVML_ERROR_NOT_SUPPORTED, as on hardware without it):
+``memory.reserved`` (bytes; without it memory info v2 raises FUNCTION_NOT_FOUND, like a pre-R510
+libnvidia-ml; v1 then reports ``used + reserved``, as NVML does), ``pcie_replay``, ``encoder_util`` /
+``decoder_util`` (%), ``remapped_rows`` ({correctable, uncorrectable, pending, failure}),
+``grid_licensing`` ({supported, features: [{code, state}]}), ``field_values`` (NVML_FI id -> a number,
+or {"nvmlReturn": name} / {union member: number, "valueType": name}; the NVLink throughput ids answer
+only for scopeId UINT_MAX = all links, "<id>/<scope>" keys for other scopes) with
+``field_timestamp_us``, and ``errors`` (pynvml function name -> NVML_ERROR_* name it raises).
 """
 
 from __future__ import annotations
@@ -16,6 +25,12 @@ from types import SimpleNamespace
 
 import pynvml as _real
 
+_ALL_LINKS = 0xFFFFFFFF
+_NVLINK_THROUGHPUT = range(_real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, _real.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX + 1)
+# The union member NVML fills for a plain number, by field (memory temperature is an unsigned int)
+_VALUE_TYPES = {_real.NVML_FI_DEV_MEMORY_TEMP: ("uiVal", "NVML_VALUE_TYPE_UNSIGNED_INT")}
+_UNSUPPORTED = {"nvmlReturn": "NVML_ERROR_NOT_SUPPORTED"}
+
 
 class FakeNvml:
     def __init__(self, scenario: dict):
@@ -24,7 +39,7 @@ class FakeNvml:
         self.initialised = 0
         self._samples: dict[int, tuple] = {}  # sample address -> (gpu index, gi id)
         for name in dir(_real):  # constants, structs, error classes
-            if name.startswith(("NVML_", "c_nvml", "NVMLError", "nvmlEventType", "struct_")):
+            if name.startswith(("NVML_", "c_nvml", "NVMLError", "nvmlEventType", "struct_", "nvmlMemory_v")):
                 setattr(self, name, getattr(_real, name))
 
     # --- lifecycle / system
@@ -57,8 +72,13 @@ class FakeNvml:
     def nvmlDeviceGetPciInfo(self, h):
         return SimpleNamespace(busId=self._field(h, "pci_bus_id"))
 
-    def nvmlDeviceGetMemoryInfo(self, h):
-        return SimpleNamespace(**self._field(h, "memory"))
+    def nvmlDeviceGetMemoryInfo(self, h, version=None):
+        mem = self._field(h, "memory")
+        if version is None:  # v1: used includes the reserved memory
+            return _real.c_nvmlMemory_t(total=mem["total"], free=mem["free"], used=mem["used"] + mem.get("reserved", 0))
+        if "reserved" not in mem:  # pynvml's answer when libnvidia-ml has no nvmlDeviceGetMemoryInfo_v2
+            raise _real.NVMLError(_real.NVML_ERROR_FUNCTION_NOT_FOUND)
+        return _real.c_nvmlMemory_v2_t(version=version, **mem)
 
     def nvmlDeviceGetUtilizationRates(self, h):
         util = self._field(h, "utilization")
@@ -77,6 +97,40 @@ class FakeNvml:
 
     def nvmlDeviceGetTotalEnergyConsumption(self, h):
         return self._field(h, "energy_mj")
+
+    def nvmlDeviceGetPcieReplayCounter(self, h):
+        return self._checked(h, "nvmlDeviceGetPcieReplayCounter", "pcie_replay")
+
+    def nvmlDeviceGetEncoderUtilization(self, h):
+        return [self._checked(h, "nvmlDeviceGetEncoderUtilization", "encoder_util"), 167000]  # [%, period µs]
+
+    def nvmlDeviceGetDecoderUtilization(self, h):
+        return [self._checked(h, "nvmlDeviceGetDecoderUtilization", "decoder_util"), 167000]
+
+    def nvmlDeviceGetRemappedRows(self, h):
+        rows = self._checked(h, "nvmlDeviceGetRemappedRows", "remapped_rows")
+        return (rows["correctable"], rows["uncorrectable"], rows["pending"], rows["failure"])
+
+    def nvmlDeviceGetGridLicensableFeatures(self, h):
+        lic = self._checked(h, "nvmlDeviceGetGridLicensableFeatures", "grid_licensing")
+        out = _real.c_nvmlGridLicensableFeatures_v4_t(isGridLicenseSupported=lic["supported"],
+                                                       licensableFeaturesCount=len(lic["features"]))
+        for i, feature in enumerate(lic["features"]):
+            out.gridLicensableFeatures[i].featureCode = feature["code"]
+            out.gridLicensableFeatures[i].featureState = feature["state"]
+        return out
+
+    def nvmlDeviceGetFieldValues(self, h, fieldIds):
+        gpu = self._gpu(h)
+        self._raise_listed(gpu, "nvmlDeviceGetFieldValues")
+        values = (_real.c_nvmlFieldValue_t * len(fieldIds))()
+        for i, field_id in enumerate(fieldIds):
+            try:  # pynvml accepts an id or an (id, scopeId) pair
+                (values[i].fieldId, values[i].scopeId) = field_id
+            except TypeError:
+                values[i].fieldId = field_id
+            self._fill_field_value(gpu, values[i])
+        return values
 
     def nvmlDeviceGetComputeRunningProcesses(self, h):
         return [SimpleNamespace(pid=p["pid"], usedGpuMemory=p["used_memory"]) for p in self._field(h, "processes", [])]
@@ -168,6 +222,30 @@ class FakeNvml:
     def _mig(self, h) -> dict:
         return next(m for m in self._gpu(h)["mig"] if m["gi_id"] == h.gi)
 
+    def _checked(self, h, function: str, name: str):
+        self._raise_listed(self._gpu(h), function)
+        return self._field(h, name)
+
+    @staticmethod
+    def _raise_listed(gpu: dict, function: str) -> None:
+        if function in gpu.get("errors", {}):
+            raise _real.NVMLError(getattr(_real, gpu["errors"][function]))
+
+    @staticmethod
+    def _fill_field_value(gpu: dict, entry) -> None:
+        """One c_nvmlFieldValue_t as NVML fills it: its own nvmlReturn, then valueType and union member."""
+        fid, scope = entry.fieldId, entry.scopeId
+        whole = scope == _ALL_LINKS if fid in _NVLINK_THROUGHPUT else scope == 0
+        spec = gpu.get("field_values", {}).get(str(fid) if whole else f"{fid}/{scope}", _UNSUPPORTED)
+        spec = spec if isinstance(spec, dict) else _typed(fid, spec)
+        entry.timestamp = gpu.get("field_timestamp_us", 0)
+        if "nvmlReturn" in spec:
+            entry.nvmlReturn = getattr(_real, spec["nvmlReturn"])
+            return
+        entry.nvmlReturn, entry.valueType = _real.NVML_SUCCESS, getattr(_real, spec["valueType"])
+        member = next(key for key in spec if key != "valueType")
+        setattr(entry.value, member, spec[member])
+
     def _field(self, h, name, default=None):
         if not hasattr(h, "index"):  # an event's device
             return self._by_uuid(h.uuid)[name]
@@ -176,3 +254,11 @@ class FakeNvml:
         if value is None and default is None and name not in ("utilization", "gpm"):
             raise _real.NVMLError(_real.NVML_ERROR_NOT_SUPPORTED)
         return value
+
+
+def _typed(fid: int, number) -> dict:
+    """A plain scenario number as NVML types it: doubles in dVal, memory temperature in uiVal, else ullVal."""
+    if isinstance(number, float):
+        return {"dVal": number, "valueType": "NVML_VALUE_TYPE_DOUBLE"}
+    member, value_type = _VALUE_TYPES.get(fid, ("ullVal", "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG"))
+    return {member: number, "valueType": value_type}
