@@ -9,9 +9,19 @@ from gpuwatch import mig
 from gpuwatch.model import Device, Pod
 from gpuwatch.units import MIB
 
+# Per model, as nvidia-smi -q reports it: SM and memory clocks (idle, max) in MHz, and (die C, HBM C)
+# pairs the memory temperature is interpolated through (absent: no memory sensor, as on GDDR boards).
+# H100: the idle and gpu-burn captures in shared/data/real/nvidia_smi_captures (driver 590). A100:
+# public nvidia-smi -q captures of A100-SXM4-80GB nodes (driver 555: idle 210/1593 MHz, max 1410,
+# idle die 25 C / HBM 43 C), and for load NVIDIA's dcgm-exporter doc scrape of a busy A100 40GB
+# (die 61 C / HBM 69 C).
 GPU_SPECS: dict[str, dict] = {
-    "NVIDIA H100 80GB HBM3": {"fb": 81559 * MIB, "sms": 132, "idle_w": 70.0, "tdp_w": 700.0, "mig": "10gb"},
-    "NVIDIA A100-SXM4-80GB": {"fb": 81920 * MIB, "sms": 108, "idle_w": 55.0, "tdp_w": 400.0, "mig": "10gb"},
+    "NVIDIA H100 80GB HBM3": {"fb": 81559 * MIB, "sms": 132, "idle_w": 70.0, "tdp_w": 700.0, "mig": "10gb",
+                              "sm_clock_mhz": (345, 1980), "mem_clock_mhz": (2619, 2619),
+                              "hbm_temp_c": ((41, 48), (63, 58))},
+    "NVIDIA A100-SXM4-80GB": {"fb": 81920 * MIB, "sms": 108, "idle_w": 55.0, "tdp_w": 400.0, "mig": "10gb",
+                              "sm_clock_mhz": (210, 1410), "mem_clock_mhz": (1593, 1593),
+                              "hbm_temp_c": ((25, 43), (61, 69))},
 }
 
 

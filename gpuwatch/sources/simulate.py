@@ -2,9 +2,23 @@
 the real exporter path, converted to DCGM units exactly as the dcgm/nvml sources report them.
 
 The fleet's week is positioned so wall-clock "now" is inside it (start = midnight UTC three days
-before start-up, 7 days long); past its end the clock wraps around to the start. GPU temperature
-is synthetic (derived from activity, the same on every MIG instance of a GPU) so that dashboards
-keyed on DCGM_FI_DEV_GPU_TEMP (Grafana 12239) list every simulated GPU.
+before start-up, 7 days long); past its end the clock wraps around to the start.
+
+What the fleet models (utilisation, FB, power, profiling ratios, NVLink bytes) is served as it is.
+Everything else every default dcgm-exporter field needs is synthetic, derived from those readings,
+the model's facts (GPU_SPECS) and a hash of the GPU's UUID, never from the fleet's random draws
+(simulate_extra.py says how, field by field): GPU temperature from the busiest occupant's activity
+(so dashboards keyed on DCGM_FI_DEV_GPU_TEMP, Grafana 12239, list every simulated GPU), HBM
+temperature from it; SM/memory clocks idle or boosted; energy as power integrated on a fixed grid
+(a counter of wall-clock time, so it keeps rising when the fleet's clock wraps); PCIe traffic, rare
+PCIe replays, XIDs and remapped rows; encoder/decoder use by video-serving pods. FB reserved is 0
+(the fleet's FB_FREE already counts the driver's reserve as free; see simulate_extra).
+
+As dcgm-exporter serves a MIG GPU (per GPU instance only): GPU-wide fields (temperatures, clocks,
+energy, PCIe replays, XID, remapped rows) repeat on every instance; utilisation, memory-copy,
+encoder/decoder, PCIe and NVLink throughput do not exist per instance; power stays absent there (the
+fleet leaves it unknown). A time-sliced GPU is one device: its pods' readings are combined.
+DCGM_FI_DEV_VGPU_LICENSE_STATUS is never reported (bare metal: see simulate_extra).
 """
 
 from __future__ import annotations
@@ -12,23 +26,26 @@ from __future__ import annotations
 import math
 import zlib
 from collections import defaultdict
+from collections.abc import Mapping
 
 from gpuwatch import fields
 from gpuwatch.fleet import GPU_SPECS, Fleet, build_fleet, readings_at
 from gpuwatch.model import Allocation, Device, Pod
-from gpuwatch.sources import DeviceReading, ProcessReading, Snapshot, SourceOptions
+from gpuwatch.sources import DeviceReading, ProcessReading, Snapshot, SourceOptions, simulate_extra
 from gpuwatch.sources.kubelet import split_device_id
 from gpuwatch.sources.kubelet_simulated import pods_from_fleet
 from gpuwatch.units import MIB
 
 DAY = 86400.0
-# workloads signal -> DCGM profiling field id (values are ratios already)
 # The fleet's ratio signals -> the DCGM profiling fields that carry them (from the field table)
 PROF_FIELDS = {f.column: f.id for f in fields.FIELDS if f.profiling and f.unit == "ratio"}
-FI_GPU_UTIL, FI_FB_TOTAL, FI_FB_FREE, FI_FB_USED = (fields.fid(f"DCGM_FI_DEV_{n}") for n in (
-    "GPU_UTIL", "FB_TOTAL", "FB_FREE", "FB_USED"))
-FI_POWER, FI_GPU_TEMP = fields.fid("DCGM_FI_DEV_POWER_USAGE"), fields.fid("DCGM_FI_DEV_GPU_TEMP")
-FI_NVLINK_TX, FI_NVLINK_RX = fields.fid("DCGM_FI_PROF_NVLINK_TX_BYTES"), fields.fid("DCGM_FI_PROF_NVLINK_RX_BYTES")
+# The other fields written here; the rest are simulate_extra.PRODUCERS
+FI_GPU_UTIL, FI_FB_TOTAL, FI_FB_FREE, FI_FB_USED, FI_POWER, FI_GPU_TEMP, FI_NVLINK_TX, FI_NVLINK_RX = _OWN_FIELD_IDS = (
+    tuple(fields.fid(f"DCGM_FI_{n}") for n in ("DEV_GPU_UTIL", "DEV_FB_TOTAL", "DEV_FB_FREE", "DEV_FB_USED",
+                                                "DEV_POWER_USAGE", "DEV_GPU_TEMP", "PROF_NVLINK_TX_BYTES",
+                                                "PROF_NVLINK_RX_BYTES")))
+# Every DCGM field id this source reports on some device
+PROVIDED_FIELD_IDS: frozenset[int] = frozenset((*_OWN_FIELD_IDS, *PROF_FIELDS.values(), *simulate_extra.PRODUCERS))
 DRIVER_VERSION = "550.127.08"  # what the simulated nodes claim to run
 
 
@@ -60,6 +77,8 @@ class SimulatedSource:
         if node is not None and node not in fleet.nodes():
             raise ValueError(f"--simulate-node {node!r} is not in the simulated fleet; nodes: {', '.join(fleet.nodes())}")
         self.fleet, self.node = fleet, node
+        self.devices = [d for d in fleet.devices if node is None or d.node == node]
+        self.meter = simulate_extra.Meter(fleet, {d.gpu_uuid for d in self.devices})
 
     def fleet_time(self, now: float) -> float:
         """``now`` mapped into the fleet's window (wrapping around past its end)."""
@@ -67,9 +86,8 @@ class SimulatedSource:
         return self.fleet.start + (now - self.fleet.start) % span
 
     def read(self, now: float) -> Snapshot:
-        t = self.fleet_time(now)
-        devices = [d for d in self.fleet.devices if self.node is None or d.node == self.node]
-        return parse(readings_at(self.fleet, t, node=self.node), devices=devices)
+        readings = readings_at(self.fleet, self.fleet_time(now), node=self.node)
+        return parse(readings, devices=self.devices, counters=self.meter.at(now))
 
     def allocations(self, now: float) -> list[Allocation]:
         return allocations_at(self.fleet, self.fleet_time(now), node=self.node)
@@ -78,18 +96,24 @@ class SimulatedSource:
         pass
 
 
-def parse(readings: list[tuple[Device, Pod | None, dict[str, float]]], *, devices: list[Device]) -> Snapshot:
-    """workloads.readings_at output (base units) -> a Snapshot in DCGM units, one reading per device."""
+def parse(readings: list[tuple[Device, Pod | None, dict[str, float]]], *, devices: list[Device],
+          counters: Mapping[str, simulate_extra.Counters]) -> Snapshot:
+    """fleet.readings_at output (base units) and each GPU's counters at the same instant -> a
+    Snapshot in DCGM units, one reading per device."""
     by_device: dict[str, list[tuple[Pod | None, dict[str, float]]]] = defaultdict(list)
     for device, pod, values in readings:
         by_device[device.key].append((pod, values))
-    temps = _gpu_temperatures(readings)
+    activity = _gpu_activity(readings)
     out = []
     for device in devices:
         occupants = by_device.get(device.key, [])
-        values = _dcgm_values(device, _combine(device, occupants))
-        if device.gpu_uuid in temps:
-            values[FI_GPU_TEMP] = temps[device.gpu_uuid]
+        combined = _combine(device, occupants)
+        values = _dcgm_values(device, combined)
+        if device.gpu_uuid in activity:
+            a = activity[device.gpu_uuid]
+            extra = simulate_extra.Reading(device, combined, tuple(occupants), a, _temperature(a),
+                                           counters[device.gpu_uuid])
+            values |= {FI_GPU_TEMP: extra.temp_c} | simulate_extra.derived(extra)
         out.append(DeviceReading(device=device, values=values, processes=_processes(occupants)))
     return Snapshot(source="simulate", readings=tuple(out), driver_version=DRIVER_VERSION)
 
@@ -144,13 +168,18 @@ def _dcgm_values(device: Device, v: dict[str, float]) -> dict[int, float]:
     return out
 
 
-def _gpu_temperatures(readings: list) -> dict[str, int]:
-    """Synthetic °C per physical GPU from its busiest occupant (GPU-wide, like DCGM's field)."""
+def _gpu_activity(readings: list) -> dict[str, float]:
+    """Per physical GPU, its busiest occupant's activity: what its GPU-wide fields follow."""
     activity: dict[str, float] = defaultdict(float)
     for device, _pod, v in readings:
         a = next((v[k] for k in ("sm_active", "gpu_util", "gr_engine_active") if _ok(v.get(k))), 0.0)
         activity[device.gpu_uuid] = max(activity[device.gpu_uuid], a)
-    return {uuid: round(32 + 45 * min(a, 1.0)) for uuid, a in activity.items()}
+    return dict(activity)
+
+
+def _temperature(activity: float) -> int:
+    """Synthetic GPU °C (GPU-wide, like DCGM's field)."""
+    return round(32 + 45 * min(activity, 1.0))
 
 
 def _processes(occupants: list) -> tuple[ProcessReading, ...]:
