@@ -1,15 +1,16 @@
 """Attribution: which pods' containers hold each device (whole GPU or MIG instance) on a node.
 
-Pure: joins the devices a source reports with the allocations kubelet reports. Unlike
-dcgm-exporter's default (one pod per device, the last one listed wins), every sharing pod and
-every time-slicing replica keeps its own entry, and allocations whose device id matches no device
-are returned, not dropped, so the exporter can count and log them.
+Pure: joins the devices a source reports with the allocations kubelet reports. Every sharing pod
+and every time-slicing replica keeps its own entry (``by_device``), and allocations whose device id
+matches no device are returned, not dropped, so the exporter can count and log them. dcgm-exporter's
+own rule (one pod per device: it fills a device -> pod map in the kubelet's List order, so the last
+entry wins) is kept beside it as ``last``, for the compatibility profiles that label series that way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpuwatch.model import Allocation, Device
 
@@ -17,10 +18,12 @@ from gpuwatch.model import Allocation, Device
 @dataclass(frozen=True)
 class Attribution:
     """``by_device``: every device key -> its allocations (``[]`` = unallocated), sorted;
-    ``unknown``: allocations whose device id names no device given, in kubelet's order."""
+    ``unknown``: allocations whose device id names no device given, in kubelet's order;
+    ``last``: every allocated device key -> the allocation the kubelet listed last for it."""
 
     by_device: dict[str, list[Allocation]]
     unknown: list[Allocation]
+    last: dict[str, Allocation] = field(default_factory=dict)
 
     @property
     def unknown_ids(self) -> list[str]:
@@ -43,13 +46,15 @@ def attribute_with_unknown(devices: Sequence[Device], allocations: Sequence[Allo
     aliases = device_aliases(devices)
     by_device: dict[str, list[Allocation]] = {d.key: [] for d in devices}
     unknown: list[Allocation] = []
+    last: dict[str, Allocation] = {}
     for allocation in dict.fromkeys(allocations):  # ordered de-duplication
         key = resolve(allocation.device_id, aliases)
         if key is None:
             unknown.append(allocation)
         else:
             by_device[key].append(allocation)
-    return Attribution({key: sorted(found, key=_order) for key, found in by_device.items()}, unknown)
+            last[key] = allocation
+    return Attribution({key: sorted(found, key=_order) for key, found in by_device.items()}, unknown, last)
 
 
 def device_aliases(devices: Iterable[Device]) -> dict[str, str]:

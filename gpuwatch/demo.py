@@ -207,7 +207,7 @@ def _exporter_url(listen: str) -> str:
 
 def _start_exporter(listen: str, url: str, work: Path) -> subprocess.Popen:
     log = (work / "exporter.log").open("w")
-    cmd = [*_gpuwatch(), "export", "--source", "simulate", "--simulate-kubelet", "--listen", listen]
+    cmd = [*_gpuwatch(), "export", "--source", "simulate", "--simulate-kubelet", "--compat", "gpuwatch", "--listen", listen]
     process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     for _ in range(60):
         with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as reply:

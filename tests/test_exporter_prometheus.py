@@ -24,7 +24,7 @@ def exporter_process(tmp_path):
     port = free_port()
     log = (tmp_path / "exporter.log").open("w")
     cmd = [sys.executable, "-m", "gpuwatch", "export", "--source", "simulate", "--simulate-kubelet",
-           "--simulate-gpus", "24", "--simulate-node", "gpu-node-002", "--listen", f"127.0.0.1:{port}"]
+           "--simulate-gpus", "24", "--simulate-node", "gpu-node-002", "--compat", "gpuwatch", "--listen", f"127.0.0.1:{port}"]
     process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

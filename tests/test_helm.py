@@ -214,7 +214,29 @@ def test_exporter_args_are_accepted_by_gpuwatch_export():
         assert parsed.listen == ":9400"
         assert parsed.kubelet_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
         assert parsed.no_profiling is (not exporter.get("profiling", True))
-        assert parsed.hostname_label == exporter.get("hostnameLabel", "hostname")
+        assert parsed.compat == exporter.get("compat", "dcgm-exporter-4.8")
+        assert parsed.hostname_label == (exporter.get("hostnameLabel") or None)  # None: the profile's
+        assert parsed.kubernetes_virtual_gpus is exporter.get("kubernetesVirtualGpus", False)
+        meta = exporter.get("kubernetes", {})
+        assert parsed.kubernetes_enable_pod_uid is meta.get("enablePodUID", False)
+        assert parsed.kubernetes_enable_pod_labels is meta.get("enablePodLabels", False)
+        assert parsed.kubernetes_pod_label_allowlist_regex == (",".join(meta.get("podLabelAllowlistRegex", [])) or None)
+
+
+def test_pod_metadata_gets_a_list_only_cluster_role_and_the_token_only_when_on():
+    off = render({})
+    assert not any(d.kind in ("ClusterRole", "ServiceAccount") and d.component == "exporter" for d in off)
+    assert exporter_pod({})["automountServiceAccountToken"] is False
+    values = {"exporter": {"kubernetes": {"enablePodUID": True}}}
+    docs = render(values)
+    role = find(docs, "ClusterRole", "exporter")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    binding = find(docs, "ClusterRoleBinding", "exporter")
+    account = find(docs, "ServiceAccount", "exporter")
+    spec = exporter_pod(values)
+    assert spec["automountServiceAccountToken"] is True
+    assert spec["serviceAccountName"] == account["metadata"]["name"] == binding["subjects"][0]["name"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
 
 
 def test_scrape_config_honours_exporter_labels_and_drops_the_target_pod():
@@ -373,11 +395,12 @@ def test_derived_metrics_are_served_and_scraped():
 
 
 def test_only_reclaim_gets_an_api_token_and_non_exporter_pods_are_restricted(all_on_docs):
+    # all-on turns on pod UID/labels, the exporter's one (list-only) use of the API
     for doc in all_on_docs:
         if doc.kind not in ("Deployment", "CronJob", "Job", "DaemonSet"):
             continue
         spec = pod_spec(doc.obj)
-        assert spec["automountServiceAccountToken"] is (doc.component == "reclaim"), doc.name
+        assert spec["automountServiceAccountToken"] is (doc.component in ("reclaim", "exporter")), doc.name
         if doc.component == "exporter":
             continue
         assert spec["securityContext"]["runAsNonRoot"] is True, doc.name

@@ -52,7 +52,7 @@ def test_rendered_exporter_command_serves_metrics_with_attribution(tmp_path):
         assert status == 200, body
         status, metrics = get(f"http://127.0.0.1:{port}/metrics")
         assert status == 200
-        assert 'hostname="' in metrics  # simulate names its fleet's nodes; dcgm/nvml use NODE_NAME
+        assert 'Hostname="' in metrics  # the default compat profile (dcgm-exporter-4.8); simulate names its fleet's nodes; dcgm/nvml use NODE_NAME
         assert "DCGM_FI_DEV_GPU_UTIL{" in metrics
         assert 'gpuwatch_source_up{source="kubelet"} 1' in metrics
     finally:

@@ -21,7 +21,7 @@ BAD_VALUES = [
     ({"exporter": {"port": 70000}}, "at '/exporter/port': maximum: got 70,000, want 65,535"),
     ({"exporter": {"interval": "fast"}}, "at '/exporter/interval': 'fast' does not match pattern"),
     ({"exporter": {"kubeletSocketDir": "var/lib/kubelet"}}, "at '/exporter/kubeletSocketDir'"),
-    ({"exporter": {"hostnameLabel": "host"}}, "at '/exporter/hostnameLabel': value must be one of 'hostname', 'Hostname'"),
+    ({"exporter": {"hostnameLabel": "host"}}, "at '/exporter/hostnameLabel': value must be one of '', 'hostname', 'Hostname'"),
     ({"analyzer": {"mode": "daemon"}}, "at '/analyzer/mode': value must be one of 'cronjob', 'deployment'"),
     ({"analyzer": {"schedule": "every monday"}}, "at '/analyzer/schedule': 'every monday' does not match pattern"),
     ({"report": {"webhook": {"enabled": True}}}, "at '/report/webhook/existingSecret': minLength: got 0, want 1"),

@@ -95,7 +95,9 @@ def test_old_namespace_names_and_labels(tmp_path):
         'dcgm_fb_used{gpu="0",uuid="GPU-1",Hostname="n1",pod_name="",pod_namespace="",container_name=""} 100\n')
     samples = promfile.read_file(path, at=0)["samples"].set_index("pod", drop=False)
     assert samples.loc["p", "gpu_util"] == pytest.approx(0.37)
-    assert samples[samples.pod.isna()].fb_used_bytes.tolist() == [100 * MIB]  # empty pod labels = unattributed
+    # empty pod labels = the device-level series: at the same instant as a pod's series of that GPU, its
+    # device-wide values are the pod's row's (promframes_shared), not a second, unattributed row
+    assert samples.loc["p", "fb_used_bytes"] == 100 * MIB and samples.pod.notna().all()
 
 
 def test_sample_time_defaults_to_the_files_mtime(tmp_path):

@@ -131,7 +131,7 @@ def test_export_auto_picks_dcgm_bindings(tmp_path):
                 time.sleep(0.25)
         assert 'gpuwatch_source_up{source="dcgm"} 1' in body, body[:3000]
         assert 'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-5b4e07f6-3a86-4340-039d-25f2a83cdc43"' in body
-        assert 'hostname="gpu1-wl8sg"' in body
+        assert 'Hostname="gpu1-wl8sg"' in body
         assert 'gpuwatch_attribution_error_info{reason="socket_missing"} 1' in body
     finally:
         process.terminate()

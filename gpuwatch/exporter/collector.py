@@ -12,17 +12,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from gpuwatch.attribution import attribute, attribute_with_unknown
+from gpuwatch.attribution import Attribution, attribute_with_unknown
+from gpuwatch.exporter.exp import ExpFamily, ExpMetrics
 from gpuwatch.exporter.exposition import render
 from gpuwatch.exporter.families import Options, Status, build
 from gpuwatch.model import Allocation
 from gpuwatch.sources import Snapshot, Source
+from gpuwatch.sources.kube_pods import PodMeta
 from gpuwatch.sources.simulate import SimulatedSource, allocations_at
 
 log = logging.getLogger(__name__)
 AllocationReader = Callable[[], Sequence[Allocation]]
+PodReader = Callable[[], Mapping[tuple[str, str], PodMeta]]
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,9 @@ class State:
     snapshot: Snapshot | None
     attributed: Mapping[str, Sequence[Allocation]]
     status: Status
+    listed_last: Mapping[str, Allocation] = field(default_factory=dict)  # device key -> kubelet's last
+    exp: tuple[ExpFamily, ...] = ()  # DCGM_EXP_* families as of this refresh
+    pods: Mapping[tuple[str, str], PodMeta] = field(default_factory=dict)  # pod UID/labels (Kubernetes API)
 
 
 class ExporterCollector:
@@ -42,9 +48,12 @@ class ExporterCollector:
 
     def __init__(self, source: Source, *, allocations: AllocationReader | None = None,
                  clock: Callable[[], float] = time.time, interval_s: float = 1.0,
-                 options: Options | None = None, timer: Callable[[], float] = time.perf_counter):
+                 options: Options | None = None, timer: Callable[[], float] = time.perf_counter,
+                 exp: ExpMetrics | None = None, pods: PodReader | None = None):
         self.source, self._allocations, self._clock = source, allocations, clock
         self._interval, self.options, self._timer = interval_s, options or Options(), timer
+        self._exp = exp  # windowed DCGM_EXP_* counts, fed every refresh (a counters file asked for them)
+        self._pods = pods  # pod UID/labels from the Kubernetes API (cached by its reader), or None
         self._lock = threading.Lock()
         self._state: State | None = None
         self._seen: dict[str, str] = {}  # every GPU UUID seen since start -> its hostname
@@ -54,7 +63,8 @@ class ExporterCollector:
 
     def collect(self) -> list:
         state = self.refresh()
-        return build(state.snapshot, state.attributed, state.status, options=self.options)
+        return build(state.snapshot, state.attributed, state.status, options=self.options,
+                     listed_last=state.listed_last, exp=state.exp, pods=state.pods)
 
     def refresh(self) -> State:
         """The cached state, re-read when older than the interval (one reader at a time)."""
@@ -79,6 +89,8 @@ class ExporterCollector:
         lines += [f"lost GPU (fell off the bus): {uuid}" for uuid in sorted(st.lost)]
         if st.unknown_devices:
             lines.append(f"kubelet allocates devices the source does not see: {', '.join(st.unknown_devices)}")
+        if st.kubernetes_ok is False:
+            lines.append(f"pod UID/labels unavailable: {st.kubernetes_error}; serving series without them")
         if st.attribution_reason:
             lines.append(f"attribution failing ({st.attribution_reason}): {st.attribution_error}; "
                          "serving metrics without pod labels")
@@ -93,21 +105,40 @@ class ExporterCollector:
             error = f"{type(exc).__name__}: {exc}"
             log.warning("source %s read failed: %s", self.source.name, error)
         source_seconds = self._timer() - started
-        attributed, kubelet = self._attribute(snapshot)
+        result, kubelet = self._attribute(snapshot)
+        pods, kubernetes = self._pod_meta()
         status = Status(source=self.source.name, source_ok=snapshot is not None, source_seconds=source_seconds,
-                        source_error=error, lost=self._lost(snapshot), **kubelet)
-        return State(read_at=now, snapshot=snapshot, attributed=attributed, status=status)
+                        source_error=error, lost=self._lost(snapshot), **kubelet, **kubernetes)
+        exp: tuple[ExpFamily, ...] = ()
+        if self._exp is not None and snapshot is not None:
+            self._exp.update(now, snapshot.readings)
+            exp = tuple(self._exp.samples())
+        return State(read_at=now, snapshot=snapshot, attributed=result.by_device, status=status,
+                     listed_last=result.last, exp=exp, pods=pods)
 
-    def _attribute(self, snapshot: Snapshot | None) -> tuple[Mapping[str, Sequence[Allocation]], dict]:
-        if self._allocations is None:
+    def _pod_meta(self) -> tuple[Mapping, dict]:
+        """Pod UID/labels and how reading them went; a failure drops them from series, nothing else."""
+        if self._pods is None:
             return {}, {}
+        started = self._timer()
+        try:
+            pods = self._pods()
+        except Exception as exc:  # KubePodsError says why (unreachable, forbidden, error)
+            log.warning("pod UID/labels unavailable: %s", exc)
+            return {}, {"kubernetes_ok": False, "kubernetes_seconds": self._timer() - started,
+                        "kubernetes_error": str(exc)}
+        return pods, {"kubernetes_ok": True, "kubernetes_seconds": self._timer() - started}
+
+    def _attribute(self, snapshot: Snapshot | None) -> tuple[Attribution, dict]:
+        if self._allocations is None:
+            return Attribution({}, []), {}
         started = self._timer()
         try:
             allocations = self._allocations()
         except Exception as exc:  # KubeletError carries .reason; anything else is "error"
             reason = getattr(exc, "reason", "error")
             log.warning("attribution failed (%s): %s", reason, exc)
-            return {}, {"kubelet_ok": False, "kubelet_seconds": self._timer() - started,
+            return Attribution({}, []), {"kubelet_ok": False, "kubelet_seconds": self._timer() - started,
                         "attribution_reason": reason, "attribution_error": str(exc)}
         seconds = self._timer() - started
         devices = [r.device for r in snapshot.readings] if snapshot else []
@@ -115,7 +146,7 @@ class ExporterCollector:
         result = attribute_with_unknown(devices, allocations)
         if result.unknown and snapshot is not None:
             log.info("kubelet allocations name devices the source does not see: %s", result.unknown_ids)
-        return result.by_device, {"kubelet_ok": True, "kubelet_seconds": seconds,
+        return result, {"kubelet_ok": True, "kubelet_seconds": seconds,
                                   "unknown_devices": tuple(result.unknown_ids) if snapshot else ()}
 
     def _lost(self, snapshot: Snapshot | None) -> dict[str, str]:
@@ -137,20 +168,21 @@ def families_at(fleet, t: float, *, node: str | None = None, options: Options | 
     source = SimulatedSource(fleet, node=node)
     snapshot = source.read(t)
     allocations = allocations_at(fleet, source.fleet_time(t), node=node)
-    attributed = attribute([r.device for r in snapshot.readings], allocations)
+    result = attribute_with_unknown([r.device for r in snapshot.readings], allocations)
     status = Status(source="simulate", source_ok=True, source_seconds=0.0, kubelet_ok=True)
-    return build(snapshot, attributed, status, options=options or Options(), timestamp=timestamp)
+    return build(snapshot, result.by_device, status, options=options or Options(), timestamp=timestamp,
+                 listed_last=result.last)
 
 
-def render_at(fleet, t: float, *, node: str | None = None, hostname_label: str = "hostname",
-              profiling: bool = True, openmetrics: bool = False) -> str:
+def render_at(fleet, t: float, *, node: str | None = None, options: Options | None = None,
+              openmetrics: bool = False) -> str:
     """The /metrics text of the simulated ``fleet`` at simulated time ``t`` (epoch seconds).
 
-    Exactly what ``gpuwatch export --source simulate --simulate-kubelet`` serves at that instant,
+    Exactly what ``gpuwatch export --source simulate --simulate-kubelet`` serves at that instant with
+    ``options`` (compat.options for a profile; default: Options()),
     except ``gpuwatch_source_duration_seconds`` is 0. ``openmetrics=True`` stamps every sample with
     ``t`` and ends with ``# EOF`` (one instant; for many, see ``backfill.write_openmetrics``).
     """
 
-    options = Options(hostname_label=hostname_label, profiling=profiling)
     families = families_at(fleet, t, node=node, options=options, timestamp=t if openmetrics else None)
     return render(families, openmetrics=openmetrics).decode()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import signal
@@ -12,13 +13,16 @@ import threading
 import time
 
 from gpuwatch import units
+from gpuwatch.exporter import compat, counters
 from gpuwatch.exporter.collector import ExporterCollector
-from gpuwatch.exporter.families import Options
+from gpuwatch.exporter.exp import ExpMetrics
 from gpuwatch.exporter.server import serve
 from gpuwatch.sources import (
     SOURCES,
     NoSourceError,
     SourceOptions,
+    dcgm,
+    kube_pods,
     kubelet,
     kubelet_simulated,
     open_source,
@@ -40,9 +44,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="extra extended-resource name to attribute (repeatable; 'prefix*' allowed)")
     a("--interval", default="1s",
       help="readings are re-read at most this often, however often /metrics is scraped (default: %(default)s)")
-    a("--hostname-label", default="hostname", choices=["hostname", "Hostname"],
-      help="label name for the node: dcgm-exporter <=4.5.3 used Hostname, newer hostname (default: %(default)s)")
+    a("--compat", default=compat.DEFAULT, choices=list(compat.PROFILES),
+      help="whose conventions /metrics follows: " + "; ".join(f"{k}: {p.summary}" for k, p in compat.PROFILES.items()).replace("%", "%%")
+      + " (default: %(default)s; README 'Compatibility profiles')")
+    a("--kubernetes-virtual-gpus", action="store_true",
+      help="shared GPUs (time-slicing, MPS): also serve each pod's own GPU_UTIL and FB_USED as series with its "
+           "labels beside the device's series (on in --compat gpuwatch)")
+    a("--kubernetes-enable-pod-uid", action="store_true",
+      help="add pod_uid to attributed series (pods on this node listed from the Kubernetes API; RBAC: list pods)")
+    a("--kubernetes-enable-pod-labels", action="store_true",
+      help="add the pod's labels (names sanitized to [a-zA-Z0-9_]) to attributed series, from the Kubernetes API")
+    a("--kubernetes-pod-label-allowlist-regex", default=None, metavar="REGEX[,REGEX...]",
+      help="only pod labels whose key one of these patterns matches (searched in the original key); default: all")
+    a("--kubernetes-api", default=None, metavar="URL",
+      help="Kubernetes API URL for pod UID/labels outside a pod (e.g. kubectl proxy's http://127.0.0.1:8001); "
+           "default: the in-cluster service account")
+    a("--hostname-label", default=None, choices=["hostname", "Hostname"],
+      help="label name for the node (default: the --compat profile's: Hostname for dcgm-exporter-4.8, else hostname)")
     a("--no-profiling", action="store_true", help="do not read or serve DCGM_FI_PROF_* fields")
+    a("-f", "--collectors", default=None, metavar="FILE",
+      help="dcgm-exporter counters CSV (NAME, TYPE, HELP per line): serve exactly these DCGM fields (any field "
+           "by name or id, TYPE and HELP from the file) and the DCGM_EXP_* rows gpuwatch computes; needs --source dcgm")
+    a("--xid-count-window-size", type=int, default=300000, metavar="MS",
+      help="DCGM_EXP_XID_ERRORS_COUNT window in milliseconds (default: %(default)s)")
+    a("--clock-events-count-window-size", type=int, default=300000, metavar="MS",
+      help="DCGM_EXP_CLOCK_EVENTS_COUNT window in milliseconds (default: %(default)s)")
     a("--node-name", default=None, help="hostname label value (default: $NODE_NAME, else the host name)")
     a("--dcgm-bindings", default=None, metavar="PATH", help="directory holding DCGM's python3 bindings (pydcgm)")
     a("--dcgm-host", default=None, metavar="HOST[:PORT]",
@@ -60,7 +86,9 @@ def run(args: argparse.Namespace) -> int:
     if args.simulate_kubelet and args.source != "simulate":
         raise units.UsageError("--simulate-kubelet needs --source simulate")
     node = args.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
+    rows = _counters(args)
     options = SourceOptions(node=node, interval_s=args.interval, profiling=not args.no_profiling,
+                            extra_field_ids=counters.field_ids(rows) if rows else (),
                             dcgm_bindings=args.dcgm_bindings, dcgm_host=args.dcgm_host,
                             simulate_gpus=args.simulate_gpus, simulate_seed=args.simulate_seed,
                             simulate_node=args.simulate_node)
@@ -71,15 +99,18 @@ def run(args: argparse.Namespace) -> int:
     stack: list = [source.close]
     try:
         allocations = _attribution(args, source, stack)
+        served = compat.options(args.compat, hostname_label=args.hostname_label,
+                                virtual_gpus=args.kubernetes_virtual_gpus, profiling=not args.no_profiling)
         collector = ExporterCollector(source, allocations=allocations, interval_s=args.interval,
-                                      options=Options(hostname_label=args.hostname_label,
-                                                      profiling=not args.no_profiling))
+                                      options=dataclasses.replace(served, counters=rows,
+                                                                  pod_uid=args.kubernetes_enable_pod_uid),
+                                      exp=_exp(args, rows), pods=_pod_metadata(args, node))
         try:
             server = serve(collector, args.listen)
         except OSError as exc:  # port in use, address not here: one line naming the flag (exit 1)
             raise OSError(f"--listen {args.listen}: cannot listen: {exc.strerror or exc}") from None
         stack.append(server.stop)
-        log.info("serving source %s on %s (port %d): /metrics /healthz", source.name, args.listen, server.port)
+        log.info("serving source %s on %s (port %s): /metrics /healthz", source.name, args.listen, server.port)
         _wait_for_signal()
         return 0
     finally:
@@ -87,11 +118,54 @@ def run(args: argparse.Namespace) -> int:
             close()
 
 
+def _counters(args: argparse.Namespace) -> tuple | None:
+    """The counters file's rows (``-f``), names resolved through DCGM's bindings; None without one."""
+    if args.collectors is None:
+        return None
+    if args.source not in ("dcgm", "auto"):
+        raise units.UsageError(f"--collectors needs --source dcgm (DCGM field names and ids), not {args.source}")
+    try:
+        bindings = dcgm.load_bindings(args.dcgm_bindings)
+    except ImportError as exc:
+        raise units.UsageError(f"--collectors {args.collectors}: {exc}") from None
+    args.source = "dcgm"
+    return counters.read_counters(args.collectors, bindings.dcgm_fields)
+
+
+def _pod_metadata(args: argparse.Namespace, node: str):
+    """The pod UID/labels reader (``--kubernetes-enable-pod-uid/-labels``), or None. The node is
+    ``--node-name`` or ``$NODE_NAME`` only: the host name inside a pod is the pod's name."""
+    if not (args.kubernetes_enable_pod_uid or args.kubernetes_enable_pod_labels):
+        return None
+    named = args.node_name or os.environ.get("NODE_NAME") or ""
+    try:
+        reader = kube_pods.open_pod_metadata(node=named, labels=args.kubernetes_enable_pod_labels,
+                                             allowlist=args.kubernetes_pod_label_allowlist_regex,
+                                             api_url=args.kubernetes_api)
+    except kube_pods.KubePodsError as exc:
+        raise units.UsageError(f"--kubernetes-enable-pod-{'labels' if args.kubernetes_enable_pod_labels else 'uid'}: "
+                               f"{exc}") from None
+    log.info("pod UID/labels for node %s from the Kubernetes API", node)
+    return reader.get
+
+
+def _exp(args: argparse.Namespace, rows: tuple | None) -> ExpMetrics | None:
+    """The DCGM_EXP_* metrics the counters file lists, with their windows (None if it lists none)."""
+    wanted = [c for c in rows or () if c.field_id is None]
+    if not wanted:
+        return None
+    return ExpMetrics(wanted, windows={"DCGM_EXP_XID_ERRORS_COUNT": args.xid_count_window_size / 1000,
+                                       "DCGM_EXP_CLOCK_EVENTS_COUNT": args.clock_events_count_window_size / 1000})
+
+
 def _check_flags(args: argparse.Namespace) -> None:
     """Parse every text flag in place (gpuwatch.units' one grammar): a UsageError names the flag."""
     units.parse_listen(args.listen, what="--listen")
     args.interval = units.parse_duration(args.interval, what="--interval")
     args.kubelet_timeout = units.parse_duration(args.kubelet_timeout, what="--kubelet-timeout")
+    for flag in ("xid_count_window_size", "clock_events_count_window_size"):
+        if getattr(args, flag) <= 0:
+            raise units.UsageError(f"--{flag.replace('_', '-')}: {getattr(args, flag)} must be a positive number of ms")
 
 
 def _attribution(args: argparse.Namespace, source, stack: list):

@@ -33,11 +33,28 @@ BY_NAME: dict[str, Spec] = {m.name: m for m in METRICS}
 
 def markdown_table() -> str:
     """The README's Metrics table, generated from METRICS (a test keeps the README in step).
-    Labels in [brackets] appear only on some series (MIG instances, attributed or shared devices)."""
-    rows = ["| metric | type | DCGM field id | labels | help |", "|---|---|---|---|---|"]
+    Labels in [brackets] appear only on some series (MIG instances, attributed or shared devices).
+    Per source, whether it provides the field (its ``PROVIDED_FIELD_IDS``): ✓, ``GPM`` (nvml: from GPU
+    Performance Monitoring, Hopper and newer), or — (never)."""
+    import importlib
+
+    from gpuwatch.sources import SOURCES
+
+    provided = {name: importlib.import_module(module).PROVIDED_FIELD_IDS for name, module in SOURCES.items()}
+    rows = ["| metric | type | DCGM field id | " + " | ".join(provided) + " | labels | help |",
+            "|---|---|---|" + "---|" * len(provided) + "---|---|"]
     for m in METRICS:
         always = ALWAYS.get(m.name, ())
         labels = ", ".join(f"[{n}]" if n in OPTIONAL and n not in always else n for n in m.labels)
         field = "" if m.field_id is None else str(m.field_id)
-        rows.append(f"| `{m.name}` | {m.type} | {field} | {labels} | {m.help.replace('|', '/')} |")
+        have = " | ".join(_provides(name, ids, m) for name, ids in provided.items())
+        rows.append(f"| `{m.name}` | {m.type} | {field} | {have} | {labels} | {m.help.replace('|', '/')} |")
     return "\n".join(rows) + "\n"
+
+
+def _provides(source: str, ids: frozenset, m: Spec) -> str:
+    if m.field_id is None:
+        return "✓"  # gpuwatch's own series: every source
+    if m.field_id not in ids:
+        return "—"
+    return "GPM" if source == "nvml" and m.profiling else "✓"

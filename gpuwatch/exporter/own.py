@@ -92,12 +92,16 @@ def _source_up(s: Scrape) -> Samples:
     yield {"source": s.status.source}, int(s.status.source_ok)
     if s.status.kubelet_ok is not None:
         yield {"source": "kubelet"}, int(s.status.kubelet_ok)
+    if s.status.kubernetes_ok is not None:
+        yield {"source": "kubernetes"}, int(s.status.kubernetes_ok)
 
 
 def _source_duration(s: Scrape) -> Samples:
     yield {"source": s.status.source}, round(s.status.source_seconds, 6)
     if s.status.kubelet_ok is not None:
         yield {"source": "kubelet"}, round(s.status.kubelet_seconds, 6)
+    if s.status.kubernetes_ok is not None:
+        yield {"source": "kubernetes"}, round(s.status.kubernetes_seconds, 6)
 
 
 def _attribution_error(s: Scrape) -> Samples:
@@ -126,7 +130,8 @@ OWN_METRICS: tuple[Spec, ...] = (
     Spec("gpuwatch_process_gpu_utilization_ratio", "gauge",
          "Per-process SM utilization on a (time-sliced) GPU from NVML, ratio 0-1.",
          (*DEVICE_LABELS, "hostname", "pid"), samples=_process_util),
-    Spec("gpuwatch_source_up", "gauge", "1 if the last read of the source succeeded (source = dcgm|nvml|simulate|kubelet).",
+    Spec("gpuwatch_source_up", "gauge", "1 if the last read of the source succeeded (source = dcgm|nvml|simulate|kubelet|kubernetes: the pod "
+         "UID/labels list).",
          ("source",), samples=_source_up),
     Spec("gpuwatch_source_duration_seconds", "gauge", "Duration of the last read of the source (seconds).", ("source",), samples=_source_duration),
     Spec("gpuwatch_attribution_error_info", "gauge",

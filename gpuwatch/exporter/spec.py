@@ -10,9 +10,10 @@ from typing import Any
 DEVICE_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName")
 MIG_LABELS = ("GPU_I_PROFILE", "GPU_I_ID")
 POD_LABELS = ("pod", "namespace", "container")
-RAW_LABELS = (*DEVICE_LABELS, *MIG_LABELS, "hostname", "DCGM_FI_DRIVER_VERSION", *POD_LABELS, "vgpu")
+# pod_uid and the pod's own labels (sanitized names) follow with --kubernetes-enable-pod-uid/-labels.
+RAW_LABELS = (*DEVICE_LABELS, *MIG_LABELS, "hostname", "DCGM_FI_DRIVER_VERSION", *POD_LABELS, "pod_uid")
 # Labels present only sometimes (docs table): MIG instance, driver version known, attributed, shared.
-OPTIONAL = frozenset({*MIG_LABELS, "DCGM_FI_DRIVER_VERSION", *POD_LABELS, "vgpu"})
+OPTIONAL = frozenset({*MIG_LABELS, "DCGM_FI_DRIVER_VERSION", *POD_LABELS, "vgpu", "pod_uid"})
 # ... except in these families, where they are always there (vgpu "" when the GPU is not shared).
 ALWAYS = {"gpuwatch_mig_instance_info": MIG_LABELS, "gpuwatch_gpu_allocation_info": (*POD_LABELS, "vgpu")}
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from gpuwatch import fields
-from gpuwatch.ingest import promframes_pods
+from gpuwatch.ingest import promframes_pods, promframes_shared
 from gpuwatch.ingest.series import (
     Context,
     Series,
@@ -113,7 +113,8 @@ def _identity_missing(labels) -> bool:
 
 
 def samples_frame(series: list[Series], ctx: Context):
-    """One row per (ts, device, workload), one column per field, base units, NaN = missing."""
+    """One row per (ts, device, workload), one column per field, base units, NaN = missing; a shared
+    device's device-level rows folded into its pods' rows (promframes_shared)."""
     import pandas as pd
 
     keys: dict[tuple, int] = {}
@@ -135,6 +136,7 @@ def samples_frame(series: list[Series], ctx: Context):
     wide = wide.reindex(columns=metrics).reset_index()
     ident = pd.DataFrame(list(keys), columns=list(SAMPLE_KEY)).astype({"mig_gi_id": "Int64"})
     out = pd.concat([ident.iloc[wide["k"].to_numpy()].reset_index(drop=True), wide.drop(columns="k")], axis=1)
+    out = promframes_shared.fold(out, promframes_shared.allocations(series, ctx.target_pods), metrics)
     out = out[list(BUNDLE_COLUMNS["samples"])].sort_values(["ts", "node", "gpu_uuid", "mig_gi_id", "pod"])
     return nones(out.reset_index(drop=True), "namespace", "pod", "container")
 

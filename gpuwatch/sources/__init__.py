@@ -74,6 +74,7 @@ class SourceOptions:
     profiling: bool = True
     dcgm_bindings: str | None = None
     dcgm_host: str | None = None
+    extra_field_ids: tuple[int, ...] = ()  # DCGM fields to watch beyond fields.FIELDS (a counters file's)
     simulate_gpus: int = 64
     simulate_seed: int = 0
     simulate_node: str = "all"

@@ -5,7 +5,8 @@
 Embedded hostengine by default, or a remote one with ``--dcgm-host``. Like dcgm-exporter's
 default ("flex") mode, whole GPUs are read at GPU level and MIG-enabled GPUs at GPU-instance
 level (``DCGM_FE_GPU_I`` entities from ``dcgmGetGpuInstanceHierarchy``). Fields are keyed by
-numeric id (DCGM 4.6 renamed the constants). DCGM's blank / not-found / not-supported /
+numeric id (DCGM 4.6 renamed the constants); ``SourceOptions.extra_field_ids`` (a counters file's
+fields) are watched in the same field group. DCGM's blank / not-found / not-supported /
 not-permissioned sentinels are dropped in ``parse``, never exported as numbers. DCGM has no MIG
 UUID or placement, so those come from NVML (``nvml.mig_identities``) where NVML is usable.
 """
@@ -22,6 +23,7 @@ from gpuwatch import fields
 from gpuwatch.model import Device
 from gpuwatch.sources import DeviceReading, Snapshot, SourceOptions
 from gpuwatch.sources import nvml as nvml_source
+from gpuwatch.units import UsageError
 
 log = logging.getLogger(__name__)
 BINDINGS_DIRS = ("/usr/share/datacenter-gpu-manager-4/bindings/python3", "/usr/local/dcgm/bindings/python3")
@@ -31,9 +33,12 @@ FI_DRIVER_VERSION, FI_DEV_NAME, FI_FB_TOTAL = (fields.fid(n) for n in (
     "DCGM_FI_DRIVER_VERSION", "DCGM_FI_DEV_NAME", "DCGM_FI_DEV_FB_TOTAL"))
 # Every field of the table: the series the exporter serves plus driver version, GI profile name, FB total.
 WATCHED_FIELD_IDS = tuple(f.id for f in fields.FIELDS)
+# DCGM reads every field of the table where the GPU supports it (README metrics table, per source).
+PROVIDED_FIELD_IDS = frozenset(WATCHED_FIELD_IDS)
 # dcgmvalue.py sentinels (Python sees int fields as int64): BLANK, +1 NOT_FOUND, +2 NOT_SUPPORTED,
 # +3 NOT_PERMISSIONED
 INT64_BLANK, FP64_BLANK = 0x7FFFFFFFFFFFFFF0, 140737488355328.0
+MAX_FIELDS = 128  # dcgm_structs.DCGM_MAX_FIELD_IDS_PER_FIELD_GROUP: one field group holds at most this many
 
 
 def load_bindings(path: str | None = None) -> SimpleNamespace:
@@ -65,6 +70,17 @@ def open_source(options: SourceOptions, *, dcgm: SimpleNamespace | None = None, 
     return DcgmSource(dcgm, None, options=options, nvml=nvml)
 
 
+def watched_field_ids(options: SourceOptions) -> list[int]:
+    """The table's fields then ``options.extra_field_ids``, each once; profiling (DCP) fields only
+    with profiling on. UsageError when DCGM could not watch them all in one field group."""
+    wanted = dict.fromkeys((*WATCHED_FIELD_IDS, *(int(f) for f in options.extra_field_ids)))
+    ids = [f for f in wanted if options.profiling or not 1000 <= f < 1100]
+    if len(ids) > MAX_FIELDS:
+        raise UsageError(f"DCGM watches at most {MAX_FIELDS} fields in one field group; gpuwatch's "
+                         f"{len(WATCHED_FIELD_IDS)} plus the counters file's make {len(ids)}")
+    return ids
+
+
 def connect(dcgm: SimpleNamespace, host: str | None):
     """``pydcgm.DcgmHandle``: embedded hostengine (host None), ``unix:///path`` or ``host[:port]``."""
     mode = dcgm.dcgm_structs.DCGM_OPERATION_MODE_AUTO
@@ -80,7 +96,7 @@ class DcgmSource:
 
     def __init__(self, dcgm: SimpleNamespace, handle, *, options: SourceOptions, nvml=None):
         self.dcgm, self.handle, self.options, self._nvml = dcgm, handle, options, nvml
-        self.fields = [f for f in WATCHED_FIELD_IDS if options.profiling or not 1000 <= f < 1100]
+        self.fields = watched_field_ids(options)
         self._reader, self._entities, self._mig = None, None, {}
 
     def read(self, now: float) -> Snapshot:

@@ -6,7 +6,10 @@ is driven through the real ``kubernetes`` Python client. It serves namespaced re
 merge or strategic-merge patch, DELETE), keeps a global ``resourceVersion`` and answers 409 when
 a PUT/PATCH carries a stale one, serves the ``scale`` subresource of Deployments/StatefulSets and
 the ``eviction`` subresource of Pods (policy/v1; 429 when a PodDisruptionBudget allows no
-disruption). Every request is recorded in ``.log`` as ``Request(method, path, body, ...)``.
+disruption). Lists, namespaced or cluster-wide (``GET /api/v1/pods``), honour ``fieldSelector``
+on the fields the API server indexes (pods: ``spec.nodeName``, ``status.phase``, metadata name and
+namespace; 400 for any other field, as the real server answers). Every request is recorded in
+``.log`` as ``Request(method, path, body, ...)``.
 Fault injection: ``fail(method, path_part, status, times)`` answers an error instead, and
 ``stall_after(method, path_part)`` applies a write then blocks the response (a crash window).
 RBAC: ``FakeKube(rbac=Rbac(...))`` answers 403 to any request the given ClusterRole and Role
@@ -31,6 +34,8 @@ KINDS = {  # plural -> (apiVersion, kind)
     "poddisruptionbudgets": ("policy/v1", "PodDisruptionBudget"),
 }
 PLURAL = {kind: plural for plural, (_, kind) in KINDS.items()}
+# Fields a list may be selected on; the API server indexes these for pods (every kind: metadata).
+SELECTABLE = {"pods": ("spec.nodeName", "status.phase")}
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 
 
@@ -42,6 +47,7 @@ class Request:
     content_type: str = ""
     query: dict = field(default_factory=dict)
     status: int = 0
+    headers: dict = field(default_factory=dict)
 
 
 class FakeKube:
@@ -122,12 +128,14 @@ class FakeKube:
         return None
 
     # -- request handling ---------------------------------------------------------------------
-    def handle(self, method: str, path: str, body, content_type: str) -> tuple[int, dict]:
+    def handle(self, method: str, path: str, body, content_type: str,
+               query: dict | None = None) -> tuple[int, dict]:
         plural, namespace, name, sub = _route(path)
         key = (plural, namespace, name)
         with self.lock:
             if method == "GET":
-                return self._get(plural, namespace, key, sub)
+                selector = (query or {}).get("fieldSelector", [""])[0]
+                return self._get(plural, namespace, key, sub, selector)
             if method == "POST":
                 return self._post(plural, namespace, name, sub, body)
             if key not in self.objects:
@@ -136,7 +144,7 @@ class FakeKube:
                 return 200, self.objects.pop(key)
             return self._update(key, sub, body, method, content_type)
 
-    def _get(self, plural, namespace, key, sub):
+    def _get(self, plural, namespace, key, sub, field_selector=""):
         if key[2]:
             obj = self.objects.get(key)
             if obj is None:
@@ -144,8 +152,12 @@ class FakeKube:
             if key[0] in ("deployments", "statefulsets") and sub == "scale":
                 return 200, _scale(obj)
             return 200, copy.deepcopy(obj)
+        try:
+            selected = field_selector_predicate(plural, field_selector)
+        except ValueError as exc:
+            return 400, _status(400, "BadRequest", str(exc))
         items = [copy.deepcopy(o) for (p, ns, _), o in sorted(self.objects.items())
-                 if p == plural and (not namespace or ns == namespace)]
+                 if p == plural and (not namespace or ns == namespace) and selected(o)]
         return 200, {"apiVersion": KINDS[plural][0], "kind": KINDS[plural][1] + "List",
                      "metadata": {"resourceVersion": str(self.version)}, "items": items}
 
@@ -236,6 +248,28 @@ def _grants(rule: dict, need: Access) -> bool:
             and need.verb in rule["verbs"] and (not names or need.name in names))
 
 
+def field_selector_predicate(plural: str, selector: str):
+    """``spec.nodeName=n1,status.phase!=Failed`` -> predicate on stored objects (``=``, ``==``, ``!=``).
+
+    A missing field reads as "" (``spec.nodeName=`` selects unscheduled pods); a field the API
+    server does not index for the kind is a ValueError carrying the server's 400 message.
+    """
+    terms = []
+    for term in filter(None, selector.split(",")):
+        negate = "!=" in term
+        path, _, value = term.partition("!=" if negate else "=")
+        if path not in ("metadata.name", "metadata.namespace", *SELECTABLE.get(plural, ())):
+            raise ValueError(f"field label not supported: {path}")
+        terms.append((path.split("."), value.removeprefix("="), negate))
+    return lambda obj: all((_dig(obj, keys) == value) != negate for keys, value, negate in terms)
+
+
+def _dig(obj: dict, keys: list[str]) -> str:
+    for key in keys:
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    return "" if obj is None else str(obj)
+
+
 def merge_patch(target, patch):
     """RFC 7386 JSON merge patch (strategic merge is the same for the maps the controller patches)."""
     if not isinstance(patch, dict):
@@ -263,6 +297,14 @@ def _status(code: int, reason: str, message: str, status: str = "Failure") -> di
             "message": message, "reason": reason, "code": code}
 
 
+def _forbidden(need: Access) -> str:
+    """The API server's wording for an RBAC denial (the user is the chart's service account)."""
+    where = f'in the namespace "{need.namespace}"' if need.namespace else "at the cluster scope"
+    resource = need.resource.split("/")[0] + (f' "{need.name}"' if need.name else "")
+    return (f'{resource} is forbidden: User "system:serviceaccount:gpuwatch:gpuwatch" cannot '
+            f'{need.verb} resource "{need.resource}" in API group "{need.group}" {where}')
+
+
 def _route(path: str) -> tuple[str, str, str, str]:
     """``/api/v1/namespaces/ns/pods/p/eviction`` -> ("pods", "ns", "p", "eviction")."""
     parts = [p for p in path.split("/") if p]
@@ -286,16 +328,16 @@ def _handler(kube: FakeKube):
             raw = self.rfile.read(length) if length else b""
             body = json.loads(raw) if raw else None
             request = Request(method, url.path, body, self.headers.get("Content-Type", ""),
-                              parse_qs(url.query))
+                              parse_qs(url.query), headers=dict(self.headers.items()))
             kube.log.append(request)
             fault = kube._fault(method, url.path)
             if kube.rbac is not None and not kube.rbac.allows(request):
-                status, payload = 403, _status(403, "Forbidden", f"RBAC denies {access(request)}")
+                status, payload = 403, _status(403, "Forbidden", _forbidden(access(request)))
             elif isinstance(fault, int) and not isinstance(fault, bool):
                 status, payload = fault, _status(fault, "Injected", "injected fault")
             else:
                 status, payload = kube.handle(method, url.path, copy.deepcopy(body),
-                                              request.content_type)
+                                              request.content_type, request.query)
                 if fault is not None:  # a stall: the write is done, the answer waits
                     fault.wait(timeout=30)
             request.status = status
@@ -342,14 +384,15 @@ def owner_ref(kind: str, name: str) -> dict:
 
 
 def pod(ns: str, name: str, *, owner: tuple[str, str] | None = None, gpus: int = 1,
-        annotations: dict | None = None, labels: dict | None = None, priority_class: str = "") -> dict:
-    meta = {"name": name, "namespace": ns, "uid": f"uid-pods-{name}", "labels": labels or {},
+        annotations: dict | None = None, labels: dict | None = None, priority_class: str = "",
+        node: str = "gpu-node-1", uid: str | None = None) -> dict:
+    meta = {"name": name, "namespace": ns, "uid": uid or f"uid-pods-{name}", "labels": labels or {},
             "annotations": annotations or {}}
     if owner:
         meta["ownerReferences"] = [owner_ref(*owner)]
     spec = {"containers": [{"name": "main", "image": "nvcr.io/nvidia/pytorch:24.08-py3",
                             "resources": {"limits": {"nvidia.com/gpu": str(gpus), "cpu": "4"}}}],
-            "nodeName": "gpu-node-1", "restartPolicy": "Always"}
+            "nodeName": node, "restartPolicy": "Always"}
     if priority_class:
         spec["priorityClassName"] = priority_class
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec,
