@@ -23,6 +23,7 @@ PAGES = (
     ("mig.py", "MIG", ":material/grid_view:"),
     ("chargeback.py", "Chargeback", ":material/payments:"),
     ("recommendations.py", "Recommendations", ":material/savings:"),
+    ("health.py", "Health & fit", ":material/health_and_safety:"),
     ("gpu.py", "GPU drill-down", ":material/memory:"),
     ("reclaim_audit.py", "Reclaim audit", ":material/history:"),
 )

@@ -70,6 +70,8 @@ _PCIE = " over the PCIe bus - including both protocol headers and data payloads 
 
 FIELDS: tuple[Field, ...] = (
     Field(1, "DCGM_FI_DRIVER_VERSION", name49="DCGM_FI_SYSTEM_DRIVER_VERSION"),  # a label on every series
+    # an input, not served (not in dcgm-exporter's default set): NVML's CUDA version integer, 12040 = 12.4
+    Field(5, "DCGM_FI_CUDA_DRIVER_VERSION"),
     Field(50, "DCGM_FI_DEV_NAME", name49="DCGM_FI_DEV_GPU_NAME"),  # on a MIG GPU instance: the profile name
     Field(100, "DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", unit="MHz",
           name49="DCGM_FI_DEV_SM_CLOCK_HERTZ", unit49="Hz"),
@@ -102,6 +104,8 @@ FIELDS: tuple[Field, ...] = (
           column="fb_used_bytes", old_name="dcgm_fb_used", name49="DCGM_FI_DEV_FB_USED_BYTES", unit49="B"),
     Field(253, "DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB).", unit="MiB",
           device_column=True, name49="DCGM_FI_DEV_FB_RESERVED_BYTES", unit49="B"),
+    # read by ingest (health events) where a counters file enables it; commented out in dcgm-exporter's default set
+    Field(311, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
     Field(449, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter",
           "Total number of NVLink bandwidth counters for all lanes.", unit="MB/s",
           name49="DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND", unit49="B/s"),

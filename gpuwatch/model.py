@@ -14,6 +14,9 @@ BUNDLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "devices": (
         "node", "gpu_uuid", "gpu_index", "gpu_model", "fb_total_bytes", "mig_gi_id",
         "mig_profile", "mig_profile_id", "mig_placement_start", "mig_placement_size",
+        # the node's NVIDIA driver and the CUDA version it supports ("550.127.08", "12.4"); last so
+        # older stores can add them
+        "driver_version", "cuda_driver_version",
     ),
     "samples": (
         "ts", "node", "gpu_uuid", "mig_gi_id", "namespace", "pod", "container", "gpu_util",
@@ -34,7 +37,19 @@ BUNDLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "nodes": ("node", "labels"),
     # namespace -> team for pods without a team label; ``namespace`` may be a glob (``nlp-*``)
     "teams": ("namespace", "team"),
+    # A pod's (container's) state from kube-state-metrics, one row per change (a state holds until the
+    # pod's next row): phase (Pending/Running/Succeeded/Failed/Unknown), the container's restart count,
+    # last termination reason (Error, OOMKilled, ...) and exit code, waiting reason (CrashLoopBackOff,
+    # ...); ``job`` the gang the pod belongs to (Volcano/Kueue/Kubeflow/JobSet/owner, docs/architecture.md),
+    # ``gpu_request`` the GPUs it requests (Pending pods hold none, so the pods file lacks them).
+    "pod_status": ("ts", "namespace", "pod", "container", "phase", "restarts", "last_terminated_reason",
+                   "last_exit_code", "waiting_reason", "job", "gpu_request"),
+    # GPU health events: kind xid (code = the XID), ecc_dbe (code = double-bit errors in the event),
+    # row_remap_failure, lost (fell off the bus); one row per event
+    "health": ("ts", "node", "gpu_uuid", "kind", "code"),
 }
+HEALTH_KINDS: tuple[str, ...] = ("xid", "ecc_dbe", "row_remap_failure", "lost")
+POD_PHASES: tuple[str, ...] = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 
 # Columns of the simulator's ground truth (not part of the bundle contract; analyses never read it).
 TRUTH_COLUMNS: tuple[str, ...] = ("namespace", "pod", "behavior", "placement", "team")
@@ -65,6 +80,8 @@ class Device:
     mig_placement_start: int | None = None
     mig_placement_size: int | None = None
     mig_uuid: str | None = None
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
 
     @property
     def is_mig(self) -> bool:

@@ -15,6 +15,7 @@ but not counted). The same data gives the same figures whatever window holds it.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 from gpuwatch import mig as mig_geometry
 from gpuwatch import units
@@ -27,20 +28,22 @@ NOT_COUNTED = ("investigate_false_util",)
 
 def recommend(*, idle=None, false_util=None, rightsizing=None, mig=None, prices=None, stranded_usd: float | None = None,
               window_hours: float = 168.0, observed_hours: float | None = None,
-              hours_per_month: float = units.HOURS_PER_MONTH):
+              hours_per_month: float = units.HOURS_PER_MONTH, more: Callable[[RunRate], list[dict]] | None = None):
     """Every recommendation, biggest monthly saving first; any input frame may be None or empty.
 
     ``observed_hours``: the hours of the window the store holds data for (default: the window);
     every waste measured in the window becomes a monthly run-rate over them. ``stranded_usd``: the
     chargeback's stranded MIG cost over the ``window_hours`` window, which caps what repacks can save
-    (None: priced from the stranded slices alone)."""
+    (None: priced from the stranded slices alone). ``more(rate)``: further rows at the same run-rate
+    (recommendations_failures.rows)."""
     import pandas as pd
 
     rate = RunRate(hours=observed_hours or window_hours, hours_per_month=hours_per_month)
     rows = (reclaim_idle(idle, rate=rate)
             + rightsize_mig(rightsizing, exclude=_hoarders(idle), rate=rate)
             + repack_mig(mig, prices=prices, rate=rate, stranded_usd=stranded_usd, window_hours=window_hours)
-            + investigate_false_util(false_util, rate=rate))
+            + investigate_false_util(false_util, rate=rate)
+            + (more(rate) if more is not None else []))
     frame = pd.DataFrame(rows, columns=list(COLUMNS))
     for column in ("monthly_savings_usd", "monthly_waste_usd"):
         frame[column] = frame[column].astype(float).round(2)
@@ -82,22 +85,22 @@ def stable_id(kind: str, namespace: str | None, subject: str | None) -> str:
 def reclaim_idle(idle, *, rate: RunRate) -> list[dict]:
     """Hoarders still holding their GPUs: give them back. Saving = the run-rate of the pod's idle cost."""
     out = []
-    for r in _records(idle, "hoarder"):
-        if _present(r.get("end_ts")) and not r.get("reclaimable_now"):
+    for r in records(idle, "hoarder"):
+        if present(r.get("end_ts")) and not r.get("reclaimable_now"):
             continue  # the pod already ended: nothing left to reclaim (chargeback still shows the waste)
-        hourly = _num(r.get("usd_per_hour"))
+        hourly = number(r.get("usd_per_hour"))
         since = r.get("idle_since")
-        held = _num(r.get("max_fb_used_bytes_idle")) / units.GIB
-        evidence = (f"idle {r['idle_share']:.0%} of {_num(r.get('observed_gpu_hours')):.1f} observed GPU-hours"
-                    + (f"; idle since {_iso(since)}" if _present(since) else "")
+        held = number(r.get("max_fb_used_bytes_idle")) / units.GIB
+        evidence = (f"idle {r['idle_share']:.0%} of {number(r.get('observed_gpu_hours')):.1f} observed GPU-hours"
+                    + (f"; idle since {_iso(since)}" if present(since) else "")
                     + f"; holds {held:.1f} GiB while idle; ${hourly:.2f}/hour")
-        waste = _num(r.get("idle_cost_usd"))
-        gpus = _num(r.get("gpu_count"))
+        waste = number(r.get("idle_cost_usd"))
+        gpus = number(r.get("gpu_count"))
         what = f"{gpus:g} GPU(s)" if gpus > 0 else "the GPU(s)"
-        out.append(_row("reclaim_idle", r, evidence=evidence, waste=rate.monthly(waste), share=1.0,
+        out.append(row("reclaim_idle", r, evidence=evidence, waste=rate.monthly(waste), share=1.0,
                         basis=rate.basis("idle cost", waste),
-                        action=f"Give back {what} held idle by {_who(r)}",
-                        usd_per_hour=hourly, idle_since=since if _present(since) else None))
+                        action=f"Give back {what} held idle by {who(r)}",
+                        usd_per_hour=hourly, idle_since=since if present(since) else None))
     return out
 
 
@@ -105,18 +108,18 @@ def rightsize_mig(rightsizing, *, exclude: set | frozenset = frozenset(), rate: 
     """Whole-GPU pods that fit a MIG profile (hoarders excluded: reclaim them instead). Waste = the
     price difference over the hours the pod was observed."""
     out = []
-    for r in _records(rightsizing):
-        excess = _num(r.get("current_usd_per_hour")) - _num(r.get("target_usd_per_hour"))
+    for r in records(rightsizing):
+        excess = number(r.get("current_usd_per_hour")) - number(r.get("target_usd_per_hour"))
         if (r["namespace"], r["pod"]) in exclude or excess <= 0:
             continue
-        waste = excess * _num(r.get("observed_seconds")) / units.SECONDS_PER_HOUR
-        evidence = (f"peak memory {_num(r['peak_fb_used_bytes']) / units.GIB:.1f} GiB, SM activity p"
-                    f"95 {_num(r['sm_active_quantile']):.0%}: fits {r['profile']} "
-                    f"(${_num(r['current_usd_per_hour']):.2f}/h -> ${_num(r['target_usd_per_hour']):.2f}/h)")
-        out.append(_row("rightsize_mig", r, evidence=evidence, waste=rate.monthly(waste), share=1.0,
+        waste = excess * number(r.get("observed_seconds")) / units.SECONDS_PER_HOUR
+        evidence = (f"peak memory {number(r['peak_fb_used_bytes']) / units.GIB:.1f} GiB, SM activity p"
+                    f"95 {number(r['sm_active_quantile']):.0%}: fits {r['profile']} "
+                    f"(${number(r['current_usd_per_hour']):.2f}/h -> ${number(r['target_usd_per_hour']):.2f}/h)")
+        out.append(row("rightsize_mig", r, evidence=evidence, waste=rate.monthly(waste), share=1.0,
                         basis=rate.basis("cost above the smaller profile", waste),
-                        action=f"Move {_who(r)} from a whole GPU to a {r['profile']} MIG instance",
-                        target=r["profile"], usd_per_hour=_num(r["current_usd_per_hour"])))
+                        action=f"Move {who(r)} from a whole GPU to a {r['profile']} MIG instance",
+                        target=r["profile"], usd_per_hour=number(r["current_usd_per_hour"])))
     return out
 
 
@@ -128,8 +131,8 @@ def repack_mig(mig, *, prices=None, rate: RunRate, stranded_usd: float | None = 
     stranded cost is given, the GPUs' wastes are scaled to sum to it (one definition of stranded).
     Saving = the share of the stranded slices the repack frees."""
     price = {} if prices is None else dict(zip(prices["gpu_model"], prices["usd_per_gpu_hour"], strict=False))
-    stranded_rows = [r for r in _records(mig) if _num(r.get("stranded_slices")) > 0]
-    weights = {r["gpu_uuid"]: _num(r["stranded_slices"]) / mig_geometry.MEMORY_SLICES * _num(price.get(r.get("gpu_model")))
+    stranded_rows = [r for r in records(mig) if number(r.get("stranded_slices")) > 0]
+    weights = {r["gpu_uuid"]: number(r["stranded_slices"]) / mig_geometry.MEMORY_SLICES * number(price.get(r.get("gpu_model")))
                for r in stranded_rows}
     # the chargeback prices stranded capacity over the whole window: compare per hour
     scale = (stranded_usd / max(window_hours, 1e-9) / max(sum(weights.values()), 1e-9)
@@ -137,18 +140,18 @@ def repack_mig(mig, *, prices=None, rate: RunRate, stranded_usd: float | None = 
     out = []
     for r in stranded_rows:
         repack = r.get("repack_layout") if "repack_layout" in r else r.get("repack")
-        stranded = _num(r.get("stranded_slices"))
-        if not _present(repack) or (_present(r.get("repack_stranded_slices"))
-                                    and _num(r["repack_stranded_slices"]) >= stranded):
+        stranded = number(r.get("stranded_slices"))
+        if not present(repack) or (present(r.get("repack_stranded_slices"))
+                                    and number(r["repack_stranded_slices"]) >= stranded):
             continue
-        recovered = stranded - _num(r.get("repack_stranded_slices"))
+        recovered = stranded - number(r.get("repack_stranded_slices"))
         waste = weights[r["gpu_uuid"]] * rate.hours * min(scale, 1.0)
-        moves = _num(r.get("repack_moves"))
+        moves = number(r.get("repack_moves"))
         evidence = (f"{stranded:.0f} of {mig_geometry.MEMORY_SLICES} memory slices stranded ({r.get('instances', '')}); "
                     f"repack to {repack}")
         action = (f"Re-create the MIG instances of GPU {r['gpu_uuid']} on {r.get('node')} as {repack}"
                   + (f" ({moves:.0f} instance(s) move)" if moves > 0 else "") + f", freeing {recovered:.0f} slice(s)")
-        out.append(_row("repack_mig", {**r, "namespace": None, "pod": None, "team": None}, evidence=evidence,
+        out.append(row("repack_mig", {**r, "namespace": None, "pod": None, "team": None}, evidence=evidence,
                         waste=rate.monthly(waste), share=recovered / stranded,
                         basis=rate.basis("stranded MIG capacity", waste), action=action, target=repack,
                         subject=r["gpu_uuid"]))
@@ -159,30 +162,31 @@ def investigate_false_util(false_util, *, rate: RunRate) -> list[dict]:
     """Pods that look busy but whose SMs idle: the gap between reported and effective is the signal.
     The false-util cost is waste at stake, not a saving: a person must look before anything changes."""
     out = []
-    for r in _records(false_util, "offender"):
-        evidence = (f"reported utilization {_num(r['mean_reported']):.0%} vs effective (SM active) "
-                    f"{_num(r['mean_effective']):.0%}; {_num(r['false_share']):.0%} of judged time falsely busy")
-        waste = _num(r.get("false_util_cost_usd"))
-        out.append(_row("investigate_false_util", r, evidence=evidence, waste=rate.monthly(waste), share=0.0,
+    for r in records(false_util, "offender"):
+        evidence = (f"reported utilization {number(r['mean_reported']):.0%} vs effective (SM active) "
+                    f"{number(r['mean_effective']):.0%}; {number(r['false_share']):.0%} of judged time falsely busy")
+        waste = number(r.get("false_util_cost_usd"))
+        out.append(row("investigate_false_util", r, evidence=evidence, waste=rate.monthly(waste), share=0.0,
                         basis=rate.basis("falsely busy cost", waste) + "; at stake, not counted as savings",
-                        action=f"Ask the owner of {_who(r)} why its GPUs report busy while the SMs idle",
-                        usd_per_hour=_num(r.get("usd_per_hour"))))
+                        action=f"Ask the owner of {who(r)} why its GPUs report busy while the SMs idle",
+                        usd_per_hour=number(r.get("usd_per_hour"))))
     return out
 
 
-def _row(kind: str, r: dict, *, evidence: str, waste: float, share: float, subject: str | None = None,
-         **extra) -> dict:
-    """One recommendation: its saving is ``share`` of the waste it addresses (never more)."""
-    row = dict.fromkeys(COLUMNS)
-    counted = kind not in NOT_COUNTED
-    row.update(kind=kind, namespace=r.get("namespace"), pod=r.get("pod"), team=r.get("team"), node=r.get("node"),
+def row(kind: str, r: dict, *, evidence: str, waste: float, share: float, subject: str | None = None,
+        not_counted: tuple[str, ...] = NOT_COUNTED, **extra) -> dict:
+    """One recommendation: its saving is ``share`` of the waste it addresses (never more); kinds in
+    ``not_counted`` are at stake only (saving 0)."""
+    out = dict.fromkeys(COLUMNS)
+    counted = kind not in not_counted
+    out.update(kind=kind, namespace=r.get("namespace"), pod=r.get("pod"), team=r.get("team"), node=r.get("node"),
                gpu_uuid=r.get("gpu_uuid"), evidence=evidence, monthly_waste_usd=waste, counted=counted,
                monthly_savings_usd=waste * min(max(share, 0.0), 1.0) if counted else 0.0, **extra)
-    row["id"] = stable_id(kind, r.get("namespace"), subject or r.get("pod"))
-    return row
+    out["id"] = stable_id(kind, r.get("namespace"), subject or r.get("pod"))
+    return out
 
 
-def _records(frame, flag: str | None = None) -> list[dict]:
+def records(frame, flag: str | None = None) -> list[dict]:
     if frame is None or not len(frame):
         return []
     if flag is not None:
@@ -190,16 +194,16 @@ def _records(frame, flag: str | None = None) -> list[dict]:
     return frame.to_dict("records")
 
 
-def _who(r: dict) -> str:
-    owner = f" ({r['team']})" if _present(r.get("team")) and r.get("team") != r.get("namespace") else ""
+def who(r: dict) -> str:
+    owner = f" ({r['team']})" if present(r.get("team")) and r.get("team") != r.get("namespace") else ""
     return f"{r.get('namespace')}/{r.get('pod')}{owner}"
 
 
 def _hoarders(idle) -> set:
-    return {(r["namespace"], r["pod"]) for r in _records(idle, "hoarder")}
+    return {(r["namespace"], r["pod"]) for r in records(idle, "hoarder")}
 
 
-def _num(value) -> float:
+def number(value) -> float:
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -207,7 +211,7 @@ def _num(value) -> float:
     return 0.0 if number != number else number
 
 
-def _present(value) -> bool:
+def present(value) -> bool:
     return value is not None and value == value and str(value) not in ("", "NaT", "None")
 
 

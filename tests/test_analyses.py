@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from gpuwatch import analyses
+from gpuwatch.findings import FAILURES
 from gpuwatch.findings.command import analyze
 from tests.support.bundles import loaded
 
@@ -61,7 +62,7 @@ def outputs(sample):
     return analyze(con, params)
 
 
-@pytest.mark.parametrize("name", [*MINE[:4], "recommendations"])
+@pytest.mark.parametrize("name", [*MINE[:4], *FAILURES, "recommendations"])
 def test_golden_outputs_on_sample_data(outputs, golden, name):
     frame = outputs[name]
     if name == "recommendations":  # repack rows come from mig_fragmentation (tests/test_mig*.py own it)

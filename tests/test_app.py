@@ -20,7 +20,8 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
 SCRIPT = str(ROOT / "app" / "streamlit_app.py")
-PAGES = ("fleet", "idle_hoarding", "false_utilization", "mig", "chargeback", "recommendations", "gpu", "reclaim_audit")
+PAGES = ("fleet", "idle_hoarding", "false_utilization", "mig", "chargeback", "recommendations", "health", "gpu",
+         "reclaim_audit")
 
 
 @pytest.fixture(scope="module")
@@ -438,3 +439,24 @@ def test_chargeback_groups_by_cluster_in_a_multi_cluster_store(tmp_path, monkeyp
     subtotals = at.dataframe[0].value
     assert list(subtotals["Cluster"]) in (["prod-a", "prod-b"], ["prod-b", "prod-a"])
     assert subtotals["Cost"].iloc[0] == pytest.approx(subtotals["Cost"].iloc[1], abs=0.05)  # cents rounding
+
+
+def test_health_page_tiles_are_the_failure_findings(sample_db, window, monkeypatch):
+    from gpuwatch import analyses
+
+    con, params = window
+    at = open_page(sample_db, "health", monkeypatch)
+    mismatch = analyses.run(con, "mig_mismatch", **params)
+    orphaned = analyses.run(con, "orphaned_memory", **params)
+    drift = analyses.run(con, "driver_drift", **params)
+    stalls = analyses.run(con, "gang_stall", **params)
+    unhealthy = analyses.run(con, "unhealthy_gpu", **params)
+    assert metric(at, "Burnt by too-small slices") == money(mismatch["usd_burnt"].sum()) != "$0.00"
+    assert metric(at, "Memory held by no pod") == money(orphaned["usd_unusable"].sum()) != "$0.00"
+    assert metric(at, "Lost to driver drift") == money(drift.loc[drift["blamed"].astype(bool), "usd_lost"].sum())
+    assert metric(at, "Held idle by stalled gangs") == money(
+        stalls.loc[stalls["kind"] == "partial_allocation", "usd_held_idle"].sum())
+    held = unhealthy[(unhealthy["severity"] == "hardware") & (unhealthy["pods"].fillna("") != "")]
+    assert metric(at, "Failing GPUs under pods") == str(held["gpu_uuid"].nunique()) != "0"
+    assert [t.label for t in at.tabs] == ["Unhealthy GPUs", "MIG fit", "Orphaned memory", "Driver drift", "Gang stalls"]
+    assert len(at.dataframe) >= 5

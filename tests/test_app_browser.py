@@ -31,8 +31,10 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-b
 
 
 # every chart on the page has drawn (Vega renders a canvas or an svg once its data is in)
-# n charts exist and every one has drawn its marks (an empty list must not count as drawn)
-DRAWN = """(n) => { const cs = [...document.querySelectorAll('[data-testid=stVegaLiteChart]')];
+# n charts are shown and every one has drawn its marks (an empty list must not count as drawn; a chart
+# in a tab not shown does not draw until the tab is)
+DRAWN = """(n) => { const cs = [...document.querySelectorAll('[data-testid=stVegaLiteChart]')]
+        .filter(c => c.offsetParent !== null);
     return cs.length >= n && cs.every(c => c.querySelector('canvas, svg.marks')); }"""
 # charts each page draws (the Fleet page's three are the ones a screenshot once caught half-drawn)
 CHARTS = {"": 3, "idle_hoarding": 0, "false_utilization": 0, "mig": 2, "chargeback": 2,
@@ -100,7 +102,8 @@ def expected(db) -> dict[str, str]:
     return {"": money(charge["cost_usd"].sum()), "idle_hoarding": money(idle["idle_cost_usd"].sum()),
             "false_utilization": money(false["false_util_cost_usd"].sum()),
             "mig": f"{len(mig)}", "chargeback": money(charge["fleet_cost_usd"].iloc[0]),
-            "recommendations": "Monthly savings", "reclaim_audit": "No reclaim decisions in this window"}
+            "recommendations": "Monthly savings", "health": "Held idle by stalled gangs",
+            "reclaim_audit": "No reclaim decisions in this window"}
 
 
 @pytest.fixture(scope="module")

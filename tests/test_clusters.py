@@ -36,7 +36,7 @@ def test_two_clusters_with_the_same_names_do_not_collide(two):
     assert set(teams["team"]) == {"nlp", "platform", "recsys", "research", "vision"}  # teams span clusters
     assert all(ns.split("/", 1)[0] == c for ns, c in zip(teams["namespace"], teams["cluster"], strict=True))
     idle = pd.read_csv(out / "idle_hoarding.csv")
-    assert int(idle["hoarder"].sum()) == 2 * 67  # sample_data's 67 hoarders, in each cluster
+    assert int(idle["hoarder"].sum()) == 2 * 69  # sample_data's 69 hoarders, in each cluster
 
 
 def test_the_report_shows_spend_by_cluster(two, tmp_path):

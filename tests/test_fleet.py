@@ -3,7 +3,8 @@ whether read live (exporter) or over a grid (bundle).
 
 Checks: same seed -> same fleet and values; segments never overlap on a device (except
 time-sliced replicas); MIG placements are valid (no overlap, valid starts); every pod has
-ground truth; idle/busy signal shapes match the behaviour the truth claims.
+ground truth and a Pending -> Running (-> Succeeded) life in pod_status; every device its node's
+driver; idle/busy signal shapes match the behaviour the truth claims.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import itertools
 import numpy as np
 import pytest
 
-from gpuwatch.fleet import MIG_PROFILES, build_fleet, iter_samples, readings_at
+from gpuwatch.fleet import DRIVER, MIG_PROFILES, build_fleet, iter_samples, readings_at
 from gpuwatch.fleet import readings as fleet_readings
 
 VALID_STARTS = {19: {0, 1, 2, 3, 4, 5, 6}, 15: {0, 2, 4, 6}, 14: {0, 2, 4}, 9: {0, 4}, 5: {0}, 0: {0}}
@@ -75,6 +76,23 @@ def test_every_pod_has_truth_and_all_kinds_exist(fleet):
     assert {t["pod"] for t in fleet.truth} == {p.pod for p in fleet.pods}
     assert {t["behavior"] for t in fleet.truth} == {"productive", "hoarder", "false_util"}
     assert {t["placement"] for t in fleet.truth} == {"whole", "mig", "shared"}
+
+
+def test_every_pod_has_its_states_and_every_device_a_driver(fleet):
+    states: dict[str, list[dict]] = {}
+    for row in fleet.pod_status:
+        states.setdefault(row["pod"], []).append(row)
+    assert states.keys() == {p.pod for p in fleet.pods}
+    for pod in fleet.pods:
+        rows = sorted(states[pod.pod], key=lambda r: r["ts"])
+        phases = [r["phase"] for r in rows]
+        expected = ["Pending"] * (pod.start_ts > fleet.start) + ["Running"] + ["Succeeded"] * (pod.end_ts is not None)
+        assert phases == expected, pod.pod
+        assert next(r["ts"] for r in rows if r["phase"] == "Running") == pod.start_ts
+        assert pod.end_ts is None or rows[-1]["ts"] == pod.end_ts
+        assert {r["restarts"] for r in rows} == {0} and {r["gpu_request"] for r in rows} == {pod.gpu_count}
+        assert {r["job"] for r in rows} == {pod.owner_name if pod.owner_kind in ("Job", "RayCluster") else None}
+    assert {(d.driver_version, d.cuda_driver_version) for d in fleet.devices} == {DRIVER}
 
 
 def test_signals_match_claimed_behaviour(fleet):

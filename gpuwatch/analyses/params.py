@@ -24,6 +24,17 @@ DEFAULTS: dict[str, float] = {
     "mem_headroom": 0.2,               # rightsizing: MIG memory must cover peak fb_used_bytes x (1 + this)
     "compute_quantile": 0.95,          # rightsizing: MIG compute must cover this quantile of SM activity
     "hours_per_month": units.HOURS_PER_MONTH,  # monthly savings = hourly savings x this
+    # failure modes (docs/architecture.md#finding-semantics)
+    "orphan_gpu_baseline_bytes": 64 * 2**20,   # an empty whole GPU holds up to this (MIG-mode GPUs: ~55-59 MiB)
+    "orphan_mig_baseline_bytes": 32 * 2**20,   # an empty MIG instance holds up to this (captures: 9-26 MiB)
+    "orphan_min_seconds": 900.0,       # memory held with no pod for at least this long is orphaned
+    "mismatch_mem_share": 0.95,        # a failed run whose memory reached this share of its device ran out
+    "mismatch_min_failures": 2.0,      # ... at least this many such failed runs make a mismatch
+    "drift_min_failures": 3.0,         # failed starts on one driver version needed to blame it
+    "drift_rate_ratio": 2.0,           # ... at a failure rate at least this many times the pool's other versions'
+    "gang_min_seconds": 900.0,         # siblings Pending while GPUs are held idle this long is a stall
+    "straggler_gap": 0.3,              # a GPU whose SM activity sits this far below its job's median ...
+    "straggler_min_seconds": 1800.0,   # ... for at least this long is a straggler
 }
 HELP: dict[str, str] = {
     "idle_below": "ratio 0-1 under which a sample is idle",
@@ -37,6 +48,16 @@ HELP: dict[str, str] = {
     "mem_headroom": "memory headroom over a pod's peak for rightsizing (0.2 = 20%%)",
     "compute_quantile": "quantile of SM activity a right-sized MIG profile must cover",
     "hours_per_month": "hours in a month for savings estimates",
+    "orphan_gpu_baseline_bytes": "bytes an empty whole GPU may hold before memory counts as orphaned",
+    "orphan_mig_baseline_bytes": "bytes an empty MIG instance may hold before memory counts as orphaned",
+    "orphan_min_seconds": "seconds memory must be held with no pod to be orphaned",
+    "mismatch_mem_share": "share (0-1) of its device's memory a failed run reached to count as out of memory",
+    "mismatch_min_failures": "failed runs near the memory limit that make a MIG/GPU size mismatch",
+    "drift_min_failures": "failed starts on one driver version needed to blame that version",
+    "drift_rate_ratio": "how many times the pool's other versions' failure rate a version must reach",
+    "gang_min_seconds": "seconds a job holds idle GPUs while siblings are Pending to be a stall",
+    "straggler_gap": "SM activity (0-1) below the job's median that makes a GPU a straggler",
+    "straggler_min_seconds": "seconds a GPU must lag its job's median to be a straggler",
 }
 # Text options (not thresholds): ``group_by`` = a pod label key chargeback also groups by ('' = none).
 OPTIONS: dict[str, str] = {"group_by": ""}
@@ -50,8 +71,12 @@ def label_key(text: str, *, what: str) -> str:
 # Valid range per threshold (inclusive): ratios and shares in 0-1, durations and counts >= 0.
 RANGES: dict[str, tuple[float, float]] = {
     **dict.fromkeys(("idle_below", "hoarder_idle_share", "false_reported_min", "false_effective_below",
-                     "false_offender_share", "compute_quantile"), (0.0, 1.0)),
-    **dict.fromkeys(("min_idle_run_seconds", "min_observed_seconds", "mem_headroom"), (0.0, math.inf)),
+                     "false_offender_share", "compute_quantile", "mismatch_mem_share", "straggler_gap"), (0.0, 1.0)),
+    **dict.fromkeys(("min_idle_run_seconds", "min_observed_seconds", "mem_headroom", "orphan_gpu_baseline_bytes",
+                     "orphan_mig_baseline_bytes", "orphan_min_seconds", "gang_min_seconds", "straggler_min_seconds"),
+                    (0.0, math.inf)),
+    **dict.fromkeys(("mismatch_min_failures", "drift_min_failures"), (1.0, math.inf)),
+    "drift_rate_ratio": (1.0, math.inf),
     "gap_steps": (1.0, math.inf), "hours_per_month": (1.0, 744.0),
 }
 

@@ -42,6 +42,17 @@ def _build_info(s: Scrape) -> Samples:
     yield {"version": __version__}, 1
 
 
+def _driver_info(s: Scrape) -> Samples:
+    """One series per node: the versions its devices carry (the source's; None = that label absent)."""
+    nodes: dict[str, tuple[str | None, str | None]] = {}
+    for r in s.readings:
+        driver, cuda = nodes.get(r.device.node, (None, None))
+        nodes[r.device.node] = (driver or r.device.driver_version, cuda or r.device.cuda_driver_version)
+    for node, (driver, cuda) in sorted(nodes.items()):
+        if driver or cuda:
+            yield {"hostname": node, "driver_version": driver, "cuda_driver_version": cuda}, 1
+
+
 def _gpus(s: Scrape) -> Samples:
     yield {}, len({r.device.gpu_uuid for r in s.readings})
 
@@ -115,6 +126,9 @@ def _str(value: object) -> str:
 
 OWN_METRICS: tuple[Spec, ...] = (
     Spec("gpuwatch_build_info", "gauge", "gpuwatch build; always 1.", ("version",), samples=_build_info),
+    Spec("gpuwatch_driver_info", "gauge", "The node's NVIDIA driver version and the CUDA version it supports "
+         "(a label is absent where the source cannot tell); always 1.",
+         ("hostname", "driver_version", "cuda_driver_version"), samples=_driver_info),
     Spec("gpuwatch_gpus", "gauge", "Number of GPUs the source sees on this node (MIG instances not counted).", (), samples=_gpus),
     Spec("gpuwatch_gpu_up", "gauge", "1 if the GPU (or MIG instance) was read in the last refresh, 0 if reading it failed.",
          (*DEVICE_LABELS, *MIG_LABELS, "hostname"), samples=_gpu_up),

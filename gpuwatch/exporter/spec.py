@@ -13,7 +13,8 @@ POD_LABELS = ("pod", "namespace", "container")
 # pod_uid and the pod's own labels (sanitized names) follow with --kubernetes-enable-pod-uid/-labels.
 RAW_LABELS = (*DEVICE_LABELS, *MIG_LABELS, "hostname", "DCGM_FI_DRIVER_VERSION", *POD_LABELS, "pod_uid")
 # Labels present only sometimes (docs table): MIG instance, driver version known, attributed, shared.
-OPTIONAL = frozenset({*MIG_LABELS, "DCGM_FI_DRIVER_VERSION", *POD_LABELS, "vgpu", "pod_uid"})
+OPTIONAL = frozenset({*MIG_LABELS, "DCGM_FI_DRIVER_VERSION", *POD_LABELS, "vgpu", "pod_uid", "driver_version",
+                      "cuda_driver_version"})
 # ... except in these families, where they are always there (vgpu "" when the GPU is not shared).
 ALWAYS = {"gpuwatch_mig_instance_info": MIG_LABELS, "gpuwatch_gpu_allocation_info": (*POD_LABELS, "vgpu")}
 

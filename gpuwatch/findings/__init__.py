@@ -12,17 +12,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from gpuwatch import analyses, recommendations
+from gpuwatch import analyses, recommendations, recommendations_failures
 
 # Every finding, in the order consumers list them; "recommendations" is derived, not a SQL analysis.
+FAILURES = ("mig_mismatch", "driver_drift", "orphaned_memory", "gang_stall", "unhealthy_gpu")
 ALL = ("utilization", "idle_hoarding", "false_utilization", "mig_fragmentation", "fragmentation_fgd", "chargeback",
-       "rightsizing", "prices", "recommendations")
+       "rightsizing", "prices", *FAILURES, "recommendations")
 # analysis -> {keyword it takes: the analysis whose result it needs}
 NEEDS: dict[str, dict[str, str]] = {
     "chargeback": {"fragmentation": "mig_fragmentation"},
     "recommendations": {"idle": "idle_hoarding", "false_util": "false_utilization", "rightsizing": "rightsizing",
                         "mig": "mig_fragmentation", "prices": "prices", "chargeback": "chargeback",
-                        "coverage": "data_coverage"},
+                        "coverage": "data_coverage", **{name: name for name in FAILURES}},
 }
 Runner = Callable[..., Any]
 
@@ -72,10 +73,12 @@ def observed_hours(coverage: Any, start: Any, end: Any) -> float | None:
 
 
 def _recommend(params: dict[str, Any], *, chargeback: Any = None, coverage: Any = None, **frames: Any):
+    failures = {name: frames.pop(name, None) for name in FAILURES}
     hours = (params["end"] - params["start"]).total_seconds() / 3600
     stranded = None
     if chargeback is not None and len(chargeback):
         stranded = float(chargeback.loc[chargeback["kind"] == "stranded", "cost_usd"].sum())
     return recommendations.recommend(**frames, stranded_usd=stranded, window_hours=hours,
                                      observed_hours=observed_hours(coverage, params["start"], params["end"]),
-                                     hours_per_month=params["hours_per_month"])
+                                     hours_per_month=params["hours_per_month"],
+                                     more=lambda rate: recommendations_failures.rows(rate=rate, **failures))

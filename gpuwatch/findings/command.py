@@ -17,12 +17,12 @@ from typing import Any
 from gpuwatch import analyses, recommendations, store, units
 from gpuwatch.analyses import chargeback
 from gpuwatch.analyses import params as defaults
-from gpuwatch.findings import csvfile, findings
+from gpuwatch.findings import FAILURES, csvfile, findings
 from gpuwatch.ingest import command
 
 log = logging.getLogger(__name__)
 OUTPUTS = ("utilization", "idle_hoarding", "false_utilization", "mig_fragmentation", "fragmentation_fgd",
-           "chargeback", "recommendations")
+           "chargeback", *FAILURES, "recommendations")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -111,6 +111,7 @@ def summary(results: dict, *, start: datetime, end: datetime, hours_per_month: f
     mig = results.get("mig_fragmentation")
     if mig is not None and "stranded_slices" in mig:
         lines.append(f"MIG: {int(mig['stranded_slices'].sum())} stranded memory slices on {len(mig)} MIG GPUs")
+    lines += _failure_lines(results)
     recs = results.get("recommendations")
     if recs is not None and len(recs):
         total = recommendations.totals(recs)
@@ -120,6 +121,36 @@ def summary(results: dict, *, start: datetime, end: datetime, hours_per_month: f
         for _, r in recs.head(5).iterrows():
             lines.append(f"  ${r['monthly_savings_usd']:,.2f}/month - {r['action']} - {r['evidence']}")
     return "\n".join(lines)
+
+
+def _failure_lines(results: dict) -> list[str]:
+    """One line per failure-mode finding that found something (Health & fit)."""
+    out = []
+    sick = results.get("unhealthy_gpu")
+    if sick is not None and len(sick):
+        held = sick[(sick["severity"] == "hardware") & (sick["pods"].fillna("") != "")]
+        out.append(f"unhealthy GPUs: {held['gpu_uuid'].nunique()} with hardware events under pods, "
+                   f"${held.drop_duplicates('gpu_uuid')['allocated_usd_at_risk'].sum():,.2f} allocated cost at risk")
+    fit = results.get("mig_mismatch")
+    if fit is not None and len(fit):
+        small = fit[fit["cause"] == "gpu_memory"]
+        out.append(f"MIG/GPU too small: {len(small)} pods failing at their memory limit, ${small['usd_burnt'].sum():,.2f} burnt"
+                   f" ({(fit['cause'] == 'host_memory').sum()} more OOMKilled: host memory)")
+    orphans = results.get("orphaned_memory")
+    if orphans is not None and len(orphans):
+        out.append(f"orphaned GPU memory: {len(orphans)} runs on {orphans['gpu_uuid'].nunique()} GPUs, "
+                   f"${orphans['usd_unusable'].sum():,.2f} unusable")
+    drift = results.get("driver_drift")
+    if drift is not None and len(drift):
+        blamed = drift[drift["blamed"].fillna(False).astype(bool)]
+        named = ", ".join(f"{r.pool} {r.driver_version}" for r in blamed.itertuples()) or "none blamed"
+        out.append(f"driver drift: {drift['pool'].nunique()} pools on several drivers; failing: {named}")
+    gangs = results.get("gang_stall")
+    if gangs is not None and len(gangs):
+        stalls = gangs[gangs["kind"] == "partial_allocation"]
+        out.append(f"gang stalls: {stalls['job'].nunique()} jobs held idle GPUs waiting for siblings, "
+                   f"${stalls['usd_held_idle'].sum():,.2f}; {(gangs['kind'] == 'straggler').sum()} stragglers")
+    return out
 
 
 def _chargeback_lines(charge: Any) -> list[str]:

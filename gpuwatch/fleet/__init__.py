@@ -1,5 +1,9 @@
 """Deterministic synthetic GPU fleet: devices, pods with known behaviour, and their signals.
 
+``build_fleet(failures=True)`` also plants five failure modes (orphaned memory, driver drift, gang
+stalls, MIG size mismatches, unhealthy GPUs) with their ground truth, on time the fleet leaves
+unallocated; ``gpuwatch simulate`` does by default, the live exporter does not.
+
 One generator feeds ``gpuwatch simulate`` (bundles), the exporter's ``simulate`` source, the demo,
 tests and benchmarks, so all of them exercise the same workloads. Signals are a pure function of
 (seed, segment, timestamp): a counter-based hash gives the noise, so a live exporter reading "now"
@@ -9,6 +13,9 @@ and a bundle written for a week agree sample for sample.
 from gpuwatch.fleet.builder import build_fleet
 from gpuwatch.fleet.catalog import (
     DEFAULT_START,
+    DRIFT_DRIVER,
+    DRIVER,
+    FAILURE_COLUMNS,
     GPU_SPECS,
     INSTANCE_TYPES,
     MIG_LAYOUTS,
@@ -24,6 +31,6 @@ from gpuwatch.fleet.catalog import (
 )
 from gpuwatch.fleet.readings import iter_samples, readings_at, signals
 
-__all__ = ["DEFAULT_START", "GPU_SPECS", "INSTANCE_TYPES", "MIG_LAYOUTS", "MIG_PROFILES", "NODE_ROLES", "PCI_BUSES",
+__all__ = ["DEFAULT_START", "DRIFT_DRIVER", "DRIVER", "FAILURE_COLUMNS", "GPU_SPECS", "INSTANCE_TYPES", "MIG_LAYOUTS", "MIG_PROFILES", "NODE_ROLES", "PCI_BUSES",
            "PRICES_USD_PER_GPU_HOUR", "SIGNALS", "TEAMS", "Fleet", "Segment", "build_fleet", "iter_samples",
            "notebooks_namespace", "readings_at", "signals"]

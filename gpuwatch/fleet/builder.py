@@ -3,14 +3,15 @@ with the ground truth of every planted behaviour."""
 
 from __future__ import annotations
 
-import hashlib
 import math
 
 import numpy as np
 
+from gpuwatch.fleet import lifecycle
 from gpuwatch.fleet.catalog import (
     COST_CENTERS,
     DEFAULT_START,
+    DRIVER,
     GPU_SPECS,
     MIG_LAYOUTS,
     MIG_PROFILES,
@@ -20,22 +21,28 @@ from gpuwatch.fleet.catalog import (
     Fleet,
     Segment,
     notebooks_namespace,
+    uid,
 )
+from gpuwatch.fleet.failures import inject
 from gpuwatch.model import Device, Pod
 
 
-def build_fleet(*, gpus: int = 64, seed: int = 0, start: float = DEFAULT_START, days: float = 7.0) -> Fleet:
-    """A fleet of ``gpus`` GPUs on 8-GPU nodes (H100 and A100; MIG, time-sliced and whole GPUs)."""
+def build_fleet(*, gpus: int = 64, seed: int = 0, start: float = DEFAULT_START, days: float = 7.0,
+                failures: bool = False) -> Fleet:
+    """A fleet of ``gpus`` GPUs on 8-GPU nodes (H100 and A100; MIG, time-sliced and whole GPUs).
+
+    ``failures``: also plant the five failure modes (gpuwatch.fleet.failures) on time the fleet
+    leaves unallocated, with their own random generator: every pod, segment and truth row of the
+    fleet without them is kept as it is.
+    """
     builder = _Builder(seed=seed, start=start, end=start + days * 86400.0)
     for node_index in range(math.ceil(gpus / 8)):
         builder.add_node(node_index, min(8, gpus - node_index * 8))
-    return Fleet(seed, builder.start, builder.end, tuple(builder.devices), tuple(builder.pods),
-                 tuple(builder.segments), tuple(builder.truth))
-
-
-def _uid(*parts: object) -> str:
-    h = hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+    status = tuple(row for pod in builder.pods
+                   for row in lifecycle.completed(pod, observed_from=start, job=lifecycle.job_of(pod)))
+    fleet = Fleet(seed, builder.start, builder.end, tuple(builder.devices), tuple(builder.pods),
+                  tuple(builder.segments), tuple(builder.truth), pod_status=status)
+    return inject(fleet) if failures else fleet
 
 
 class _Builder:
@@ -70,9 +77,10 @@ class _Builder:
                 self._whole_gpu(gpu, profiling)
 
     def _gpu(self, node: str, model: str, index: int) -> Device:
-        device = Device(node=node, gpu_uuid=f"GPU-{_uid(self.seed, node, index)}", gpu_index=index,
+        device = Device(node=node, gpu_uuid=f"GPU-{uid(self.seed, node, index)}", gpu_index=index,
                         gpu_model=model, fb_total_bytes=GPU_SPECS[model]["fb"],
-                        pci_bus_id=f"00000000:{PCI_BUSES[index % 8]:02X}:00.0")
+                        pci_bus_id=f"00000000:{PCI_BUSES[index % 8]:02X}:00.0",
+                        driver_version=DRIVER[0], cuda_driver_version=DRIVER[1])
         return device
 
     def _add_device(self, device: Device) -> int:
@@ -108,7 +116,8 @@ class _Builder:
                           fb_total_bytes=gpu.fb_total_bytes * size // 8, pci_bus_id=gpu.pci_bus_id,
                           mig_gi_id=gi, mig_profile=name, mig_profile_id=profile_id,
                           mig_placement_start=start, mig_placement_size=size,
-                          mig_uuid=f"MIG-{_uid(self.seed, gpu.gpu_uuid, gi)}")
+                          mig_uuid=f"MIG-{uid(self.seed, gpu.gpu_uuid, gi)}",
+                          driver_version=gpu.driver_version, cuda_driver_version=gpu.cuda_driver_version)
             d = self._add_device(inst)
             if self.rng.random() < 0.2:  # a free instance all week
                 self._segment(d, None, self.start, self.end, "idle", "unallocated", profiling=profiling)
@@ -163,11 +172,11 @@ class _Builder:
         team = str(self.rng.choice(sorted(TEAMS)))
         namespace, owner_kind, owner, priority = self._owner(kind, team)
         index = len(self.pods)
-        pod_name = f"{owner}-{_uid(index)[:5]}" if owner_kind in ("Deployment", "Job") else (
+        pod_name = f"{owner}-{uid(index)[:5]}" if owner_kind in ("Deployment", "Job") else (
             f"{owner}-0" if owner_kind in ("Notebook", "StatefulSet") else owner)
         ids = tuple(self.devices[d].mig_uuid or self.devices[d].gpu_uuid for d in devices)
         labeled = self.rng.random() > 0.1  # some pods carry no team label: chargeback falls back to namespace
-        pod = Pod(namespace=namespace, pod=pod_name, pod_uid=_uid("pod", self.seed, index), node=dev0.node,
+        pod = Pod(namespace=namespace, pod=pod_name, pod_uid=uid("pod", self.seed, index), node=dev0.node,
                   owner_kind=owner_kind, owner_name=owner if owner_kind else "", team=team if labeled else "",
                   priority_class=priority, start_ts=start, end_ts=None if end >= self.end else end,
                   gpu_resource=resource, gpu_count=round(share * len(devices), 6), device_ids=ids,

@@ -3,6 +3,7 @@ teams, and the Segment/Fleet records the builder fills."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from gpuwatch import mig
@@ -78,6 +79,34 @@ SIGNALS = ("gpu_util", "gr_engine_active", "sm_active", "sm_occupancy", "tensor_
 DEFAULT_START = 1_794_182_400.0  # 2026-11-09T00:00:00Z, a Monday (ISO week 2026-W46)
 
 
+# (NVIDIA driver, the CUDA version it supports) every simulated node runs; the driver is the one the
+# simulate source claims (gpuwatch.sources.simulate.DRIVER_VERSION), CUDA 12.4 is what 550.x supports.
+DRIVER = ("550.127.08", "12.4")
+# What the driver_drift failure mode puts on some nodes of one pool: an older branch (CUDA 12.2), on
+# which images built for CUDA 12.4 fail at start.
+DRIFT_DRIVER = ("535.183.01", "12.2")
+
+
+# Memory an empty device holds, in MiB, with build_fleet(failures=True): nvidia-smi on H100s (driver
+# 590, shared/data/real/nvidia_smi_captures): an idle whole GPU 0 MiB; MIG instances 9 (1g.10gb),
+# 17 (2g.20gb), 26 (3g.40gb) MiB, keyed here by memory slices (4g/7g were not captured: as 3g).
+EMPTY_FB_MIB = {None: 0, 1: 9, 2: 17, 4: 26, 8: 26}
+# Without injected failures an empty device holds this share of its framebuffer (the original model;
+# the live exporter's golden output is pinned to it).
+LEGACY_EMPTY_FB_SHARE = 0.006
+
+
+# failures.csv (beside truth.csv): one row per planted instance of a failure-mode finding, in that
+# finding's key (sample_data/README.md says what each finding must find).
+FAILURE_COLUMNS = ("finding", "node", "gpu_uuid", "mig_gi_id", "namespace", "pod", "job", "cause")
+
+
+def uid(*parts: object) -> str:
+    """A UUID-shaped id, a hash of ``parts``: the same parts always give the same id."""
+    h = hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
 @dataclass(frozen=True)
 class Segment:
     """One device's occupant over ``[start, end)``: a pod (index into ``Fleet.pods``) or nobody."""
@@ -87,11 +116,12 @@ class Segment:
     start: float
     end: float
     behavior: str  # productive | hoarder | false_util | unallocated
-    kind: str  # training | inference | notebook | stalled | idle
+    kind: str  # training | inference | notebook | stalled | idle | ramp (memory grows) | lagging (straggler)
     share: float = 1.0  # time-sliced replica share of the GPU
     fb_frac: float = 0.0  # memory the occupant holds, as a fraction of the device's framebuffer
     profiling: bool = True  # DCGM/GPM profiling fields available on this node
     multi_gpu: bool = False
+    fb_bytes: float | None = None  # memory held, when set (overrides fb_frac): an empty baseline, or orphaned
 
 
 @dataclass(frozen=True)
@@ -103,6 +133,12 @@ class Fleet:
     pods: tuple[Pod, ...]
     segments: tuple[Segment, ...]
     truth: tuple[dict, ...]
+    # pod (container) state changes, model.BUNDLE_COLUMNS["pod_status"] (ts in epoch seconds)
+    pod_status: tuple[dict, ...] = ()
+    # GPU health events, model.BUNDLE_COLUMNS["health"]
+    health: tuple[dict, ...] = ()
+    # ground truth of the planted failure modes, FAILURE_COLUMNS
+    failures: tuple[dict, ...] = ()
 
     def nodes(self) -> list[str]:
         return sorted({d.node for d in self.devices})

@@ -1,4 +1,5 @@
-"""`gpuwatch simulate`: write a bundle (docs/architecture.md#data-contract) for a synthetic fleet, plus ``truth.csv``.
+"""`gpuwatch simulate`: write a bundle (docs/architecture.md#data-contract) for a synthetic fleet, plus its
+ground truth: ``truth.csv`` (each pod's behaviour) and ``failures.csv`` (the planted failure modes).
 
 Samples stream segment by segment (workloads.iter_samples) into Parquet row groups or appended
 CSV chunks, so 1,024 GPUs x 7 days x 30 s (20.6M rows) and 10,240-GPU fleets fit in memory.
@@ -15,10 +16,10 @@ import numpy as np
 
 from gpuwatch import fleet as workloads
 from gpuwatch import units
+from gpuwatch.fleet.sinks import ROW_GROUP_ROWS, CsvSink, ParquetSink
 from gpuwatch.model import BUNDLE_COLUMNS, TRUTH_COLUMNS
 
 log = logging.getLogger(__name__)
-ROW_GROUP_ROWS = 1_000_000
 _TEXT = ("node", "gpu_uuid", "namespace", "pod", "container")
 
 
@@ -32,11 +33,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="bundle directory to write")
     parser.add_argument("--format", choices=("parquet", "csv"), default="parquet", help="file format (default: %(default)s)")
     parser.add_argument("--small-format", choices=("parquet", "csv"),
-                        help="format of devices/pods/prices (default: same as --format)")
+                        help="format of the files other than samples (default: same as --format)")
+    parser.add_argument("--failures", action=argparse.BooleanOptionalAction, default=True,
+                        help="plant the five failure modes, ground truth in failures.csv (default: %(default)s)")
 
 
 def run(args: argparse.Namespace) -> int:
-    fleet = workloads.build_fleet(gpus=args.gpus, seed=args.seed, start=args.start, days=args.days)
+    fleet = workloads.build_fleet(gpus=args.gpus, seed=args.seed, start=args.start, days=args.days,
+                                  failures=args.failures)
     counts = write_bundle(fleet, Path(args.out), step=args.step, fmt=args.format,
                           small_fmt=args.small_format or args.format)
     print(f"wrote {args.out}: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()))
@@ -45,21 +49,28 @@ def run(args: argparse.Namespace) -> int:
 
 def write_bundle(fleet: workloads.Fleet, out: Path, *, step: float = 60.0, fmt: str = "parquet",
                  small_fmt: str | None = None) -> dict[str, int]:
-    """Write devices, pods, prices, teams, samples and truth.csv for ``fleet``; returns rows per file."""
+    """Write every bundle file, truth.csv and failures.csv for ``fleet``; returns rows per file."""
     import pandas as pd
 
     out.mkdir(parents=True, exist_ok=True)
     small_fmt = small_fmt or fmt
     small = {"devices": devices_frame(fleet), "pods": pods_frame(fleet, fmt=small_fmt), "prices": prices_frame(),
-             "teams": teams_frame(), "nodes": nodes_frame(fleet)}
+             "teams": teams_frame(), "nodes": nodes_frame(fleet), "pod_status": pod_status_frame(fleet, fmt=small_fmt),
+             "health": health_frame(fleet, fmt=small_fmt)}
     for name, frame in small.items():
         _write_small(frame, out / f"{name}.{small_fmt}")
     pd.DataFrame(fleet.truth, columns=list(TRUTH_COLUMNS)).to_csv(out / "truth.csv", index=False)
-    writer = _ParquetSink(out / "samples.parquet") if fmt == "parquet" else _CsvSink(out / "samples.csv")
+    failures = pd.DataFrame(fleet.failures, columns=list(workloads.FAILURE_COLUMNS)).astype({"mig_gi_id": "Int64"})
+    failures.to_csv(out / "failures.csv", index=False)
+    writer = ParquetSink(out / "samples.parquet", _schema()) if fmt == "parquet" else CsvSink(out / "samples.csv")
     with writer:
         for batch in sample_batches(fleet, step=step):
             writer.write(batch)
-    return {**{k: len(v) for k, v in small.items()}, "samples": writer.rows, "truth": len(fleet.truth)}
+    return {**{k: len(v) for k, v in small.items()}, "samples": writer.rows, "truth": len(fleet.truth),
+            "failures": len(failures)}
+
+
+MIG_COLUMNS = tuple(c for c in BUNDLE_COLUMNS["devices"] if c.startswith("mig_"))
 
 
 def devices_frame(fleet: workloads.Fleet):
@@ -70,10 +81,10 @@ def devices_frame(fleet: workloads.Fleet):
     for device in fleet.devices:
         if device.is_mig and device.gpu_uuid not in parents:
             parents.add(device.gpu_uuid)
-            rows.append({**device.bundle_row(), **dict.fromkeys(BUNDLE_COLUMNS["devices"][5:])})
+            rows.append({**device.bundle_row(), **dict.fromkeys(MIG_COLUMNS)})
         rows.append(device.bundle_row())
     frame = pd.DataFrame(rows, columns=list(BUNDLE_COLUMNS["devices"]))
-    for column in BUNDLE_COLUMNS["devices"][5:]:
+    for column in MIG_COLUMNS:
         if column != "mig_profile":
             frame[column] = frame[column].astype("Int64")
     return frame
@@ -84,9 +95,33 @@ def pods_frame(fleet: workloads.Fleet, *, fmt: str):
 
     frame = pd.DataFrame([p.bundle_row() for p in fleet.pods], columns=list(BUNDLE_COLUMNS["pods"]))
     for column in ("start_ts", "end_ts"):
-        stamps = pd.to_datetime(frame[column].astype(float), unit="s", utc=True)
-        frame[column] = stamps.dt.strftime("%Y-%m-%dT%H:%M:%SZ").where(stamps.notna(), None) if fmt == "csv" else stamps
+        frame[column] = _stamps(frame[column], fmt=fmt)
     return frame
+
+
+def pod_status_frame(fleet: workloads.Fleet, *, fmt: str):
+    """Every pod's state changes (planted pods' too, and the Pending pods the pods file lacks)."""
+    import pandas as pd
+
+    frame = pd.DataFrame(list(fleet.pod_status), columns=list(BUNDLE_COLUMNS["pod_status"]))
+    frame["ts"] = _stamps(frame["ts"], fmt=fmt)
+    return frame.astype({"restarts": "Int64", "last_exit_code": "Int64", "gpu_request": "float64"})
+
+
+def health_frame(fleet: workloads.Fleet, *, fmt: str):
+    import pandas as pd
+
+    frame = pd.DataFrame(list(fleet.health), columns=list(BUNDLE_COLUMNS["health"]))
+    frame["ts"] = _stamps(frame["ts"], fmt=fmt)
+    return frame.astype({"node": "string", "gpu_uuid": "string", "kind": "string", "code": "Int64"})
+
+
+def _stamps(column, *, fmt: str):
+    """Epoch seconds as UTC timestamps (Parquet) or ISO-8601 text to the second (CSV); NaN stays empty."""
+    import pandas as pd
+
+    stamps = pd.to_datetime(column.astype(float), unit="s", utc=True)
+    return stamps.dt.strftime("%Y-%m-%dT%H:%M:%SZ").where(stamps.notna(), None) if fmt == "csv" else stamps
 
 
 def prices_frame():
@@ -192,39 +227,3 @@ def _write_small(frame, path: Path) -> None:
         frame.to_csv(path, index=False)
     else:
         frame.to_parquet(path, index=False)
-
-
-class _ParquetSink:
-    def __init__(self, path: Path):
-        import pyarrow.parquet as pq
-
-        self.rows = 0
-        self.writer = pq.ParquetWriter(str(path), _schema(), compression="zstd")
-
-    def write(self, table) -> None:
-        self.writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
-        self.rows += table.num_rows
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.writer.close()
-
-
-class _CsvSink:
-    def __init__(self, path: Path):
-        self.path, self.rows = path, 0
-
-    def write(self, table) -> None:
-        frame = table.to_pandas()
-        frame["ts"] = frame["ts"].astype("int64") // 10**9 if frame["ts"].dt.tz is None else (
-            frame["ts"].dt.tz_convert("UTC").dt.tz_localize(None).astype("datetime64[s]").astype("int64"))
-        frame.to_csv(self.path, mode="a" if self.rows else "w", header=not self.rows, index=False)
-        self.rows += len(frame)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pass

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from gpuwatch.fleet.catalog import GPU_SPECS, SIGNALS, Fleet, Segment
+from gpuwatch.fleet.catalog import GPU_SPECS, LEGACY_EMPTY_FB_SHARE, SIGNALS, Fleet, Segment
 from gpuwatch.model import Device, Pod
 from gpuwatch.units import MIB
 
@@ -22,14 +22,24 @@ def signals(fleet: Fleet, segment: Segment, ts: np.ndarray) -> dict[str, np.ndar
     u = [_uniform(stream + i, ts) for i in range(6)]
     ones = np.ones(len(ts))
     cols = _BEHAVIOURS[segment.kind](segment, ts, u)
-    hold = segment.fb_frac if segment.pod is not None else 0.006
-    cols["fb_used_bytes"] = np.round(device.fb_total_bytes * hold * (0.985 + 0.015 * u[5]) / MIB) * MIB
+    held = _held_bytes(device, segment, share=cols.pop("fb_share", None))
+    cols["fb_used_bytes"] = np.round(held * (0.985 + 0.015 * u[5]) / MIB) * MIB
     activity = np.nan_to_num(cols["sm_active"], nan=cols["gpu_util"].mean() if len(ts) else 0.0)
     cols["power_watts"] = spec["idle_w"] + (spec["tdp_w"] - spec["idle_w"]) * np.minimum(activity, 1.0) * 0.85
     link = 2.0e10 * (0.5 + 0.5 * u[4]) * (cols["sm_active"] > 0.2) if segment.multi_gpu else 0.0 * ones
     cols["nvlink_tx_bytes_per_second"] = link
     cols["nvlink_rx_bytes_per_second"] = link
     return _finish(cols, device=device, segment=segment)
+
+
+def _held_bytes(device: Device, segment: Segment, *, share: np.ndarray | None):
+    """Memory the occupant holds before noise: explicit bytes, else a share the behaviour grows, else
+    the segment's fixed share (an empty device's: the legacy baseline)."""
+    if segment.fb_bytes is not None:
+        return segment.fb_bytes
+    if share is None:
+        share = segment.fb_frac if segment.pod is not None else LEGACY_EMPTY_FB_SHARE
+    return device.fb_total_bytes * share
 
 
 def iter_samples(fleet: Fleet, ts: np.ndarray) -> Iterator[tuple[Segment, np.ndarray, dict[str, np.ndarray]]]:
@@ -89,6 +99,23 @@ def _stalled(seg: Segment, ts: np.ndarray, u: list[np.ndarray]) -> dict[str, np.
     return {k: np.where(warm, base[k], stalled[k]) for k in stalled}
 
 
+def _ramp(seg: Segment, ts: np.ndarray, u: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """Training whose memory grows until its device is full (it then crashes): from 30% to 99% of
+    the device over the first 70% of the run."""
+    cols = _training(seg, ts, u)
+    progress = (ts - seg.start) / max(seg.end - seg.start, 1.0)
+    cols["fb_share"] = 0.3 + 0.69 * np.minimum(1.0, progress / 0.7)
+    return cols
+
+
+def _lagging(seg: Segment, ts: np.ndarray, u: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """The straggler of a synchronous job: underfed, its SMs mostly wait while its peers compute."""
+    util = 0.25 + 0.2 * u[0]
+    sm = 0.1 + 0.1 * u[1]
+    return {"gpu_util": util, "gr_engine_active": util * 0.97, "sm_active": sm, "sm_occupancy": sm * 0.3,
+            "tensor_active": 0.05 * u[2], "dram_active": 0.05 + 0.1 * u[3]}
+
+
 def _idle(seg: Segment, ts: np.ndarray, u: list[np.ndarray]) -> dict[str, np.ndarray]:
     zero = 0.0 * u[0]
     return {"gpu_util": zero, "gr_engine_active": zero, "sm_active": zero, "sm_occupancy": zero,
@@ -96,7 +123,7 @@ def _idle(seg: Segment, ts: np.ndarray, u: list[np.ndarray]) -> dict[str, np.nda
 
 
 _BEHAVIOURS = {"training": _training, "inference": _inference, "notebook": _notebook,
-               "stalled": _stalled, "idle": _idle}
+               "stalled": _stalled, "idle": _idle, "ramp": _ramp, "lagging": _lagging}
 
 
 def _finish(cols: dict[str, np.ndarray], *, device: Device, segment: Segment) -> dict[str, np.ndarray]:

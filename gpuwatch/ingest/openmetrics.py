@@ -18,10 +18,13 @@ import numpy as np
 
 from gpuwatch import fields
 from gpuwatch.ingest.series import ksm_label
+from gpuwatch.model import BUNDLE_COLUMNS, POD_PHASES
 
 # family name -> list of (labels, ts array, value array)
 Families = dict[str, list[tuple[dict, np.ndarray, np.ndarray]]]
 _SANITISE = re.compile(r"[^a-zA-Z0-9_]")
+# kube-state-metrics' own pod labels on its series when Prometheus scrapes it with honorLabels: false
+KSM_TARGET = {"namespace": "monitoring", "pod": "kube-state-metrics-6d4f8b7c9-x2x7q", "container": "kube-state-metrics"}
 
 
 def ksm_resource(resource: str) -> str:
@@ -85,6 +88,62 @@ def ksm_families(pods, grid: np.ndarray, *, team_label: str = "team", linger: fl
         if end is not None and (done := t[t >= end]).size:
             _add(out, "kube_pod_completion_time", pod, done, np.full(len(done), end))
     return out
+
+
+def ksm_status_families(status, grid: np.ndarray, *, exitcode: bool = True, exported: bool = False,
+                        job_label: str = "training.kubeflow.org/job-name") -> Families:
+    """kube-state-metrics series of a ``pod_status`` frame (change rows) on ``grid``: each (pod,
+    container) holds its row's state until its next row, from the pod's first row to the grid's end.
+    ``exitcode=False``: KSM < 2.7 (no ``..._last_terminated_exitcode``); ``exported``: labels as
+    Prometheus renames them under ``honorLabels: false`` (KSM's own pod labels beside them). A ``job``
+    ``Kind/name`` is written as ``kube_pod_owner``, any other as pod label ``job_label``."""
+    out: Families = {}
+    frame = status.assign(t=_epoch(status["ts"]), container=status["container"].fillna(""))
+    for (ns, pod), rows in frame.groupby(["namespace", "pod"], sort=True):
+        t = grid[grid >= rows["t"].min()]
+        held = {c: _held(r, t) for c, r in rows.groupby("container", sort=True)}
+        ident = {"exported_namespace": ns, "exported_pod": pod, **KSM_TARGET} if exported else {"namespace": ns, "pod": pod}
+        pod_state = next(iter(held.values()))  # pod-level columns are the same on every container
+        known = np.array([v is not None for v in pod_state["phase"]])
+        for phase in POD_PHASES:
+            _add(out, "kube_pod_status_phase", ident | {"phase": phase}, t,
+                 np.where(known, (pod_state["phase"] == phase).astype(float), np.nan))
+        for job in {j for j in pod_state["job"] if j is not None}:
+            kind, _, name = job.rpartition("/")
+            labels = {"owner_kind": kind, "owner_name": name, "owner_is_controller": "true"} if kind else {ksm_label(job_label): job}
+            _add(out, "kube_pod_owner" if kind else "kube_pod_labels", ident | labels, t, _where(pod_state["job"], job))
+        for index, (container, state) in enumerate(held.items()):
+            c = ident | {("exported_container" if exported else "container"): container}
+            if index == 0:
+                _add(out, "kube_pod_container_resource_requests", c | {"node": "", "resource": "nvidia_com_gpu", "unit": "integer"},
+                     t, _floats(state["gpu_request"]))
+            _add(out, "kube_pod_container_status_restarts_total", c, t, _floats(state["restarts"]))
+            if exitcode:
+                _add(out, "kube_pod_container_status_last_terminated_exitcode", c, t, _floats(state["last_exit_code"]))
+            for column in ("last_terminated_reason", "waiting_reason"):
+                for reason in {r for r in state[column] if r is not None}:
+                    _add(out, f"kube_pod_container_status_{column}", c | {"reason": reason}, t, _where(state[column], reason))
+    return out
+
+
+def _held(rows, t: np.ndarray) -> dict[str, np.ndarray]:
+    """Each column's value at every ``t``: the last row at or before it (None before the first)."""
+    rows = rows.sort_values("t")
+    index = np.searchsorted(rows["t"].to_numpy(), t, side="right") - 1
+    out = {}
+    for column in BUNDLE_COLUMNS["pod_status"][4:]:
+        values = rows[column].astype(object).where(rows[column].notna(), None).to_numpy()
+        out[column] = np.array([values[i] if i >= 0 else None for i in index], dtype=object)
+    return out
+
+
+def _where(values: np.ndarray, match) -> np.ndarray:
+    """1 where ``values`` is ``match``, absent (NaN) elsewhere: KSM's one series per reason/label set."""
+    return np.array([1.0 if v == match else np.nan for v in values])
+
+
+def _floats(values: np.ndarray) -> np.ndarray:
+    return np.array([np.nan if v is None else float(v) for v in values])
 
 
 def ksm_node_families(pods, grid: np.ndarray) -> Families:

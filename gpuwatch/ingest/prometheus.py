@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from gpuwatch import units
-from gpuwatch.ingest import promframes
+from gpuwatch.ingest import promframes, promframes_health, promframes_status
 
 MAX_POINTS = 11_000  # Prometheus rejects a query_range that would return more per series
 GPU_NAMES = "DCGM_FI_.*|dcgm_.*|gpuwatch_.*"
@@ -34,6 +34,11 @@ NODE_LABELS = ("hostname", "Hostname")
 KSM_METRICS = ("kube_pod_info", "kube_pod_owner", "kube_pod_labels", "kube_pod_start_time", "kube_pod_created",
                "kube_pod_completion_time")
 GPU_REQUESTS = 'kube_pod_container_resource_requests{resource=~"nvidia.*"}'
+# pod_status (promframes_status) and health events / driver versions (promframes_health, promframes):
+# the last value in each step
+STATUS_METRICS = tuple(n for n in promframes_status.KSM_FAMILIES
+                       if n not in KSM_METRICS and n != "kube_pod_container_resource_requests")
+EVENT_NAMES = frozenset(promframes_health.KINDS) | {"gpuwatch_driver_info"}
 # Node labels (prices per node label; GFD's time-slicing replicas), else the device plugin's shared
 # capacity / GPUs (promframes_pods): the last value in the window.
 SHARED_REPLICAS = ("kube_node_labels", 'kube_node_status_capacity{resource="nvidia_com_gpu_shared"}')
@@ -158,7 +163,8 @@ def read(client: Client, grid: list[tuple[float, float]], *, step: float, nodes_
     shards = node_shards(client, lo, hi, per_query=nodes_per_query)
     plan = [(_avg(f"{n}{s}", step) if n.lower().startswith("dcgm") else _last(f"{n}{s}", step), n, g)
             for n in sorted(fields) for s in shards for g in grid]
-    plan += [(_ksm(n, step), n, g) for n in KSM_METRICS if n in names for g in grid]
+    plan += [(_last(f"{n}{s}", step), n, g) for n in sorted(EVENT_NAMES & names) for s in shards for g in grid]
+    plan += [(_ksm(n, step), n, g) for n in KSM_METRICS + STATUS_METRICS if n in names for g in grid]
     plan += [(_last(GPU_REQUESTS, step), "kube_pod_container_resource_requests", g) for g in grid
              if "kube_pod_container_resource_requests" in names]
     # capacity, MIG layout, time-slicing capacity: the last value in the window, one instant query each

@@ -10,7 +10,9 @@ missing, never 0. Every label generation of dcgm-exporter is accepted: ``hostnam
 #655) or ``Hostname`` (releases <= 4.5.3-4.8.2), ``UUID`` or ``uuid`` (``--use-old-namespace``),
 ``pod``/``namespace``/``container`` or ``exported_*`` (Prometheus ``honorLabels: false``, which
 win) or ``pod_name``/``pod_namespace``/``container_name`` (old namespace), ``GPU_I_PROFILE`` and
-``GPU_I_ID`` for MIG instances.
+``GPU_I_ID`` for MIG instances. Pod states and GPU health events (``pod_status``, ``health``) are
+built by ``promframes_status`` and ``promframes_health``; devices carry their node's driver and
+CUDA versions (``driver_versions``).
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from collections.abc import Iterable
 import numpy as np
 
 from gpuwatch import fields
-from gpuwatch.ingest import promframes_pods, promframes_shared
+from gpuwatch.ingest import promframes_health, promframes_pods, promframes_shared, promframes_status
 from gpuwatch.ingest.series import (
     Context,
     Series,
     device_of,
     first,
+    node_of,
     nones,
     target_pods,
     workload_of,
@@ -47,6 +50,8 @@ DEVICE_FIELDS: dict[str, float] = {
 HELP_UNITS: dict[str, str] = {name: fields.NAMES[name].unit for name in SAMPLE_FIELDS | DEVICE_FIELDS
                               if name in fields.NAMES and fields.NAMES[name].unit}
 SAMPLE_KEY = ("node", "gpu_uuid", "mig_gi_id", "namespace", "pod", "container")
+# The driver version label on DCGM series, per generation (4.9 serves DCGM 4.6's name)
+DRIVER_LABELS = tuple(n.name for n in fields.NAMES.values() if n.field.name == "DCGM_FI_DRIVER_VERSION")
 
 
 def field_key(name: str) -> str:
@@ -55,7 +60,8 @@ def field_key(name: str) -> str:
 
 
 def build(series: Iterable[Series], ctx: Context | None = None) -> dict:
-    """Bundle frames ``devices``, ``samples``, ``pods`` (model.BUNDLE_COLUMNS) from ``series``."""
+    """Bundle frames ``devices``, ``samples``, ``pods``, ``nodes``, ``pod_status``, ``health``
+    (model.BUNDLE_COLUMNS) from ``series``."""
     ctx = ctx or Context()
     series = list(series)
     ctx.target_pods = frozenset(ctx.target_pods) | target_pods(series)
@@ -72,7 +78,9 @@ def build(series: Iterable[Series], ctx: Context | None = None) -> dict:
         log.warning(note)
     samples.attrs["notes"] = list(ctx.notes)
     return {"devices": devices, "samples": _to_datetime(samples, "ts"), "pods": pods,
-            "nodes": nodes_frame(series, set(devices["node"].dropna()))}
+            "nodes": nodes_frame(series, set(devices["node"].dropna())),
+            "pod_status": _to_datetime(promframes_status.pod_status_frame(series, ctx), "ts"),
+            "health": _to_datetime(promframes_health.health_frame(series, ctx), "ts")}
 
 
 def nodes_frame(series: list, gpu_nodes: set[str]):
@@ -159,13 +167,37 @@ def devices_frame(series: list[Series], notes: list[str]):
             _fill(row, mig_profile_id=first(s.labels, "profile_id"),
                   mig_placement_start=first(s.labels, "placement_start"),
                   mig_placement_size=first(s.labels, "placement_size"))
-    frame = pd.DataFrame([_capacity(r) for r in _with_parents(rows)], columns=list(BUNDLE_COLUMNS["devices"]))
+    versions = driver_versions(series)
+    frame = pd.DataFrame([_capacity(r) | versions.get(r["node"], {}) for r in _with_parents(rows)],
+                         columns=list(BUNDLE_COLUMNS["devices"]))
     ints = ("gpu_index", "fb_total_bytes", "mig_gi_id", "mig_profile_id", "mig_placement_start", "mig_placement_size")
-    frame = nones(frame.astype({c: "Int64" for c in ints}), "node", "gpu_uuid", "gpu_model", "mig_profile")
+    frame = nones(frame.astype({c: "Int64" for c in ints}), "node", "gpu_uuid", "gpu_model", "mig_profile",
+                  "driver_version", "cuda_driver_version")
     if frame["gpu_model"].isna().any():  # dcgm-exporter 2.x has no modelName label
         notes.append("no modelName label on some GPUs (dcgm-exporter 2.x): gpu_model 'unknown', no price applies")
         frame["gpu_model"] = frame["gpu_model"].fillna("unknown")
     return frame.sort_values(["node", "gpu_index", "gpu_uuid", "mig_gi_id"]).reset_index(drop=True)
+
+
+def driver_versions(series: list[Series]) -> dict[str, dict[str, str]]:
+    """node -> its latest ``driver_version`` (the driver label on DCGM series, under either
+    generation's name, or gpuwatch_driver_info) and ``cuda_driver_version`` (gpuwatch_driver_info)."""
+    latest: dict[tuple[str, str], tuple[float, str]] = {}
+    for s in series:
+        if s.name == "gpuwatch_driver_info":
+            found = {c: first(s.labels, c) for c in ("driver_version", "cuda_driver_version")}
+        elif s.name in fields.NAMES:
+            found = {"driver_version": first(s.labels, *DRIVER_LABELS)}
+        else:
+            continue
+        node, at = node_of(s.labels), float(s.ts.max()) if len(s.ts) else -np.inf
+        for column, value in found.items():
+            if node and value and latest.get((node, column), (-np.inf,))[0] <= at:
+                latest[(node, column)] = (at, value)
+    out: dict[str, dict[str, str]] = {}
+    for (node, column), (_, value) in sorted(latest.items()):
+        out.setdefault(node, {})[column] = value
+    return out
 
 
 def _with_parents(rows: dict[tuple, dict]) -> list[dict]:

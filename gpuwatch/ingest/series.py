@@ -47,11 +47,17 @@ def first(labels: Mapping[str, str], *names: str) -> str | None:
     return next((labels[n] for n in names if labels.get(n)), None)
 
 
+def node_of(labels: Mapping[str, str]) -> str:
+    """The node of a DCGM/gpuwatch series: its hostname/node label, else its scrape instance's host
+    ("" when neither)."""
+    return first(labels, "hostname", "Hostname", "node") or (labels.get("instance") or "").rsplit(":", 1)[0]
+
+
 def device_of(labels: Mapping[str, str]) -> tuple | None:
     """(node, gpu_uuid, mig_gi_id) of a DCGM/gpuwatch series; None without a GPU UUID or without a
     node (no hostname/node label and no scrape instance): such a series has no device to attach to."""
     uuid = first(labels, "UUID", "uuid", "gpu_uuid")
-    node = first(labels, "hostname", "Hostname", "node") or (labels.get("instance") or "").rsplit(":", 1)[0]
+    node = node_of(labels)
     if uuid is None or not node:
         return None
     gi = first(labels, "GPU_I_ID")

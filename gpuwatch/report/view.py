@@ -13,7 +13,7 @@ import pandas as pd
 from gpuwatch import mig as mig_geometry
 from gpuwatch import recommendations
 from gpuwatch.analyses import chargeback
-from gpuwatch.report import charts
+from gpuwatch.report import charts, health
 
 PARTS = {"productive_usd": "productive", "false_util_usd": "false-util", "idle_usd": "idle",
          "unobserved_usd": "unobserved"}
@@ -197,6 +197,9 @@ def _findings(data, *, team: str | None) -> dict:
         "recommendations": recs.head(2 * TOP).to_dict("records"),
         "savings": recommendations.totals(recs)["savings"], "at_stake": recommendations.totals(recs)["at_stake"],
         "reclaim": reclaim.to_dict("records"), "reclaim_summary": _reclaim_summary(reclaim),
+        "failures": health.failure_rows(data.frames, team=team,
+                                 namespaces=set(data.frames["chargeback"].query("team == @team")["namespace"])
+                                 if team is not None else None),
     }
 
 

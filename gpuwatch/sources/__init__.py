@@ -56,13 +56,15 @@ class DeviceReading:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """What one read of a source returned. ``lost`` = UUIDs of GPUs that fell off the bus."""
+    """What one read of a source returned. ``lost`` = UUIDs of GPUs that fell off the bus;
+    ``driver_version`` / ``cuda_driver_version`` the node's ("550.127.08", "12.4"; None = unknown)."""
 
     source: str
     readings: tuple[DeviceReading, ...]
     lost: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()
     driver_version: str | None = None
+    cuda_driver_version: str | None = None
 
 
 @dataclass(frozen=True)

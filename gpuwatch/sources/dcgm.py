@@ -23,21 +23,25 @@ from gpuwatch import fields
 from gpuwatch.model import Device
 from gpuwatch.sources import DeviceReading, Snapshot, SourceOptions
 from gpuwatch.sources import nvml as nvml_source
+from gpuwatch.sources.nvml_parse import cuda_version
 from gpuwatch.units import UsageError
 
 log = logging.getLogger(__name__)
 BINDINGS_DIRS = ("/usr/share/datacenter-gpu-manager-4/bindings/python3", "/usr/local/dcgm/bindings/python3")
 MODULES = ("pydcgm", "DcgmReader", "dcgm_fields", "dcgm_structs", "dcgm_agent")
 FE_GPU, FE_GPU_I = 1, 4  # dcgm_fields.DCGM_FE_GPU / DCGM_FE_GPU_I
-FI_DRIVER_VERSION, FI_DEV_NAME, FI_FB_TOTAL = (fields.fid(n) for n in (
-    "DCGM_FI_DRIVER_VERSION", "DCGM_FI_DEV_NAME", "DCGM_FI_DEV_FB_TOTAL"))
-# Every field of the table: the series the exporter serves plus driver version, GI profile name, FB total.
+FI_DRIVER_VERSION, FI_CUDA_VERSION, FI_DEV_NAME, FI_FB_TOTAL = (fields.fid(n) for n in (
+    "DCGM_FI_DRIVER_VERSION", "DCGM_FI_CUDA_DRIVER_VERSION", "DCGM_FI_DEV_NAME", "DCGM_FI_DEV_FB_TOTAL"))
+# Every field of the table: the series the exporter serves plus driver and CUDA version, GI profile
+# name, FB total.
 WATCHED_FIELD_IDS = tuple(f.id for f in fields.FIELDS)
 # DCGM reads every field of the table where the GPU supports it (README metrics table, per source).
 PROVIDED_FIELD_IDS = frozenset(WATCHED_FIELD_IDS)
 # dcgmvalue.py sentinels (Python sees int fields as int64): BLANK, +1 NOT_FOUND, +2 NOT_SUPPORTED,
 # +3 NOT_PERMISSIONED
 INT64_BLANK, FP64_BLANK = 0x7FFFFFFFFFFFFFF0, 140737488355328.0
+# Global fields read as the node's, never as a device's value (a lost GPU would still "have" them)
+SYSTEM_IDS = frozenset({FI_CUDA_VERSION})
 MAX_FIELDS = 128  # dcgm_structs.DCGM_MAX_FIELD_IDS_PER_FIELD_GROUP: one field group holds at most this many
 
 
@@ -177,31 +181,40 @@ def parse(raw: dict, *, node: str) -> Snapshot:
     """Plain-data DCGM read -> Snapshot (field ids kept; sentinels and strings dropped)."""
     values = {int(g): {int(e): v for e, v in ents.items()} for g, ents in raw["values"].items()}
     gpus = {g["gpu_id"]: g for g in raw["gpus"]}
-    readings, lost, driver = [], [], None
+    readings, lost, versions = [], [], _versions(values, raw)
     mig_parents = {i["gpu_id"] for i in raw["instances"]}
     for gpu_id, gpu in gpus.items():
         if gpu_id in mig_parents:
             continue
         fields = values.get(FE_GPU, {}).get(gpu_id, {})
-        driver = driver or _string(fields.get(FI_DRIVER_VERSION) or fields.get(str(FI_DRIVER_VERSION)))
-        reading = _reading(_device(gpu, node, fields), fields)
+        reading = _reading(_device(gpu, node, fields, versions), fields)
         if not reading.values:  # DCGM blanks every field of a GPU that fell off the bus
             lost.append(gpu["uuid"])
         readings.append(reading)
     for gi in raw["instances"]:
         fields = values.get(FE_GPU_I, {}).get(gi["entity_id"], {})
         profile = _string(fields.get(FI_DEV_NAME) or fields.get(str(FI_DEV_NAME)))
-        readings.append(_reading(_device(gpus[gi["gpu_id"]], node, fields, gi=gi, profile=profile), fields))
+        readings.append(_reading(_device(gpus[gi["gpu_id"]], node, fields, versions, gi=gi, profile=profile), fields))
     problems = tuple(f"DCGM has no values for GPU {uuid} (lost?)" for uuid in lost)
-    return Snapshot(source="dcgm", readings=tuple(readings), lost=tuple(lost), problems=problems,
-                    driver_version=driver or raw.get("driver_version"))
+    return Snapshot(source="dcgm", readings=tuple(readings), lost=tuple(lost), problems=problems, **versions)
 
 
-def _device(gpu: dict, node: str, fields: dict, *, gi: dict | None = None, profile: str | None = None) -> Device:
+def _versions(values: dict, raw: dict) -> dict[str, str | None]:
+    """The node's driver and CUDA versions: global fields, read on the first entity that has them."""
+    driver, cuda = None, None
+    for entity in [*values.get(FE_GPU, {}).values(), *values.get(FE_GPU_I, {}).values()]:
+        got = {int(f): v for f, v in entity.items()}
+        driver = driver or _string(got.get(FI_DRIVER_VERSION))
+        cuda = cuda or cuda_version(got.get(FI_CUDA_VERSION))
+    return {"driver_version": driver or raw.get("driver_version"), "cuda_driver_version": cuda}
+
+
+def _device(gpu: dict, node: str, fields: dict, versions: dict, *, gi: dict | None = None,
+            profile: str | None = None) -> Device:
     total_mib = fields.get(FI_FB_TOTAL, fields.get(str(FI_FB_TOTAL)))
     total = total_mib << 20 if isinstance(total_mib, int) and not is_blank(total_mib) else 0
     base = {"node": node, "gpu_uuid": gpu["uuid"], "gpu_index": gpu["gpu_id"], "gpu_model": gpu["model"],
-            "fb_total_bytes": total, "pci_bus_id": gpu["pci_bus_id"]}
+            "fb_total_bytes": total, "pci_bus_id": gpu["pci_bus_id"], **versions}
     if gi is None:
         return Device(**base)
     return Device(**base, mig_gi_id=gi["gi_id"], mig_profile=profile, mig_profile_id=gi.get("profile_id"),
@@ -212,7 +225,7 @@ def _device(gpu: dict, node: str, fields: dict, *, gi: dict | None = None, profi
 def _reading(device: Device, fields: dict) -> DeviceReading:
     values = {}
     for fid, value in fields.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or is_blank(value):
+        if isinstance(value, bool) or not isinstance(value, int | float) or is_blank(value) or int(fid) in SYSTEM_IDS:
             continue
         values[int(fid)] = value
     return DeviceReading(device, values)

@@ -104,7 +104,9 @@ def read(nvml, state: ReadState, *, profiling: bool = True, now: float | None = 
         except nvml.NVMLError as exc:
             lost = getattr(exc, "value", None) == GPU_IS_LOST
             gpus.append({"index": index, "uuid": state.uuids.get(index), "lost": lost, "error": str(exc)})
-    return {"driver_version": _text(_quiet(nvml.nvmlSystemGetDriverVersion)), "gpus": gpus}
+    return {"driver_version": _text(_quiet(nvml.nvmlSystemGetDriverVersion)),
+            "cuda_driver_version": _quiet(nvml.nvmlSystemGetCudaDriverVersion_v2),  # NVML's integer: 12040 = 12.4
+            "gpus": gpus}
 
 
 def _read_gpu(nvml, state: ReadState, index: int, *, profiling: bool, now: float | None) -> dict:

@@ -95,23 +95,32 @@ def mig_profile_name(device_name: str) -> str:
     return ".".join(parts[1:]) if len(parts) == 3 and parts[0].endswith("c") else profile
 
 
+def cuda_version(value) -> str | None:
+    """NVML's (and DCGM's) CUDA driver version integer, 1000 x major + 10 x minor (12040), as "12.4";
+    None where unknown: absent, not an integer, or out of range (a DCGM blank sentinel)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 1_000_000:
+        return None
+    return f"{value // 1000}.{value % 1000 // 10}"
+
+
 def parse(raw: dict, *, node: str) -> Snapshot:
     """The dict ``read`` returns -> Snapshot (DCGM field ids and units), one reading per device."""
     readings, lost, problems = [], [], []
+    versions = {"driver_version": raw.get("driver_version"), "cuda_driver_version": cuda_version(
+        raw.get("cuda_driver_version"))}
     for gpu in raw["gpus"]:
         if gpu.get("lost") or gpu.get("error"):
             if gpu.get("lost") and gpu.get("uuid"):
                 lost.append(gpu["uuid"])
             problems.append(f"GPU {gpu['index']} ({gpu.get('uuid') or 'uuid unknown'}): {gpu.get('error')}")
             continue
-        readings.extend(_gpu_readings(gpu, node))
-    return Snapshot(source="nvml", readings=tuple(readings), lost=tuple(lost), problems=tuple(problems),
-                    driver_version=raw.get("driver_version"))
+        readings.extend(_gpu_readings(gpu, node, versions))
+    return Snapshot(source="nvml", readings=tuple(readings), lost=tuple(lost), problems=tuple(problems), **versions)
 
 
-def _gpu_readings(gpu: dict, node: str) -> list[DeviceReading]:
+def _gpu_readings(gpu: dict, node: str, versions: dict) -> list[DeviceReading]:
     parent = Device(node=node, gpu_uuid=gpu["uuid"], gpu_index=gpu["index"], gpu_model=gpu["name"],
-                    fb_total_bytes=gpu["memory"]["total"], pci_bus_id=_bus_id(gpu["pci_bus_id"]))
+                    fb_total_bytes=gpu["memory"]["total"], pci_bus_id=_bus_id(gpu["pci_bus_id"]), **versions)
     shared = _gpu_wide_values(gpu)
     if not gpu.get("mig"):
         values = shared | _memory(gpu["memory"]) | _gpm(gpu.get("gpm"))
@@ -123,7 +132,7 @@ def _gpu_readings(gpu: dict, node: str) -> list[DeviceReading]:
                         fb_total_bytes=gi["memory"]["total"], pci_bus_id=parent.pci_bus_id, mig_gi_id=gi["gi_id"],
                         mig_profile=gi["profile"], mig_profile_id=gi["profile_id"],
                         mig_placement_start=gi["placement_start"], mig_placement_size=gi["placement_size"],
-                        mig_uuid=gi["uuid"])
+                        mig_uuid=gi["uuid"], **versions)
         values = shared | _memory(gi["memory"]) | _gpm(gi.get("gpm"), mig=True)
         out.append(DeviceReading(device, values))
     return out

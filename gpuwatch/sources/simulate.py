@@ -27,9 +27,10 @@ import math
 import zlib
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import replace
 
 from gpuwatch import fields
-from gpuwatch.fleet import GPU_SPECS, Fleet, build_fleet, readings_at
+from gpuwatch.fleet import DRIVER, GPU_SPECS, Fleet, build_fleet, readings_at
 from gpuwatch.model import Allocation, Device, Pod
 from gpuwatch.sources import DeviceReading, ProcessReading, Snapshot, SourceOptions, simulate_extra
 from gpuwatch.sources.kubelet import split_device_id
@@ -46,7 +47,7 @@ FI_GPU_UTIL, FI_FB_TOTAL, FI_FB_FREE, FI_FB_USED, FI_POWER, FI_GPU_TEMP, FI_NVLI
                                                 "PROF_NVLINK_RX_BYTES")))
 # Every DCGM field id this source reports on some device
 PROVIDED_FIELD_IDS: frozenset[int] = frozenset((*_OWN_FIELD_IDS, *PROF_FIELDS.values(), *simulate_extra.PRODUCERS))
-DRIVER_VERSION = "550.127.08"  # what the simulated nodes claim to run
+DRIVER_VERSION, CUDA_DRIVER_VERSION = DRIVER  # what the simulated nodes run unless the fleet says otherwise
 
 
 def probe(options: SourceOptions) -> str | None:
@@ -114,8 +115,18 @@ def parse(readings: list[tuple[Device, Pod | None, dict[str, float]]], *, device
             extra = simulate_extra.Reading(device, combined, tuple(occupants), a, _temperature(a),
                                            counters[device.gpu_uuid])
             values |= {FI_GPU_TEMP: extra.temp_c} | simulate_extra.derived(extra)
-        out.append(DeviceReading(device=device, values=values, processes=_processes(occupants)))
-    return Snapshot(source="simulate", readings=tuple(out), driver_version=DRIVER_VERSION)
+        out.append(DeviceReading(device=_versioned(device), values=values, processes=_processes(occupants)))
+    # one snapshot-wide pair (the DCGM driver label): where the nodes served disagree, none is made up
+    versions = {(r.device.driver_version, r.device.cuda_driver_version) for r in out}
+    driver, cuda = versions.pop() if len(versions) == 1 else (None, None)
+    return Snapshot(source="simulate", readings=tuple(out), driver_version=driver, cuda_driver_version=cuda)
+
+
+def _versioned(device: Device) -> Device:
+    """The device with its node's driver and CUDA versions: the fleet's where it sets a driver, else ours."""
+    if device.driver_version:
+        return device
+    return replace(device, driver_version=DRIVER_VERSION, cuda_driver_version=CUDA_DRIVER_VERSION)
 
 
 def allocations_at(fleet: Fleet, t: float, *, node: str | None = None) -> list[Allocation]:

@@ -18,6 +18,7 @@ from gpuwatch.store.columns import FILE, ROW
 from gpuwatch.store.validate import BundleError
 
 BATCH_ROWS = 1_000_000  # CSV rows per batch: bounds memory; DuckDB checks and inserts each batch
+GROUND_TRUTH = ("truth", "failures")  # what `gpuwatch simulate` writes beside a bundle; never loaded
 _SUFFIXES = (".parquet", ".csv", ".csv.gz")
 
 
@@ -44,8 +45,8 @@ def find_files(path: str | Path) -> dict[str, Path]:
 def _refuse_unknown(root: Path) -> None:
     """A data file that is not a bundle table is an error listing it, never silently skipped: a
     misnamed file (``sample.csv``) would otherwise load as a bundle without its samples. The
-    simulator's ground truth (truth.csv), written beside its bundle, is the one expected extra."""
-    known = {f"{n}{s}" for n in (*BUNDLE_COLUMNS, "truth") for s in _SUFFIXES}
+    simulator's ground truth (truth.csv, failures.csv), written beside its bundle, is the expected extra."""
+    known = {f"{n}{s}" for n in (*BUNDLE_COLUMNS, *GROUND_TRUTH) for s in _SUFFIXES}
     unknown = sorted(p.name for p in root.iterdir() if p.name.endswith(_SUFFIXES) and p.name not in known)
     if unknown:
         raise BundleError(f"{root}: not bundle files: {', '.join(unknown)} (bundle files: "

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuwatch.model import BUNDLE_COLUMNS
+from gpuwatch.model import BUNDLE_COLUMNS, HEALTH_KINDS, POD_PHASES
 from gpuwatch.store.validate import (
     BOUND_MESSAGE,
     EARLIEST_EPOCH,
@@ -32,6 +32,8 @@ from gpuwatch.store.validate import (
     check_column_names,
 )
 
+# Text columns holding one of a fixed set of values (case-insensitive); the sets are the model's.
+ENUMS = (("health", "kind", HEALTH_KINDS), ("pod_status", "phase", POD_PHASES))
 ROW, FILE = "__row", "__file"  # technical columns every checked relation carries
 _NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
             "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE")
@@ -74,6 +76,11 @@ def plan(name: str, types: dict[str, str], *, file: str) -> tuple[list[str], lis
         rules.append(Rule("labels", f"nullif(trim({text}), '') IS NOT NULL AND CASE WHEN json_valid({text}) "
                                     f"THEN json_type(CAST({text} AS JSON)) <> 'OBJECT' ELSE TRUE END",
                           text, "{raw} is not a JSON object of labels (e.g. {{\"cost_center\": \"cc-7\"}})"))
+    for table, column, allowed in ENUMS:
+        if name == table and column in types:
+            text, listed = values[column], ", ".join(f"'{v.lower()}'" for v in allowed)
+            rules.append(Rule(column, f"nullif(trim({text}), '') IS NOT NULL AND lower(trim({text})) NOT IN ({listed})",
+                              text, "{raw} is not one of " + ", ".join(allowed)))
     if name == "pods" and "start_ts" in types and "end_ts" in types:
         rules.append(Rule("end_ts", f"({values['end_ts']}) < ({values['start_ts']})", "NULL", "ends before start_ts"))
     return [f"{v} AS {_quote(c)}" for c, v in values.items()], rules

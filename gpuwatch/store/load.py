@@ -28,10 +28,12 @@ LIST_PRICES = "list"
 LIST_PRICES_FILE = Path(__file__).with_name("list_prices.csv")
 # ``cluster=NAME``: the identities that collide across clusters become NAME/<value> (Kubernetes node and
 # namespace names never contain "/", so the qualifier is unambiguous; GPU and pod UIDs are unique).
-QUALIFIED = {"devices": ("node",), "samples": ("node", "namespace"), "pods": ("node", "namespace"), "nodes": ("node",)}
+QUALIFIED = {"devices": ("node",), "samples": ("node", "namespace"), "pods": ("node", "namespace"), "nodes": ("node",),
+             "pod_status": ("namespace",), "health": ("node",)}
 # Upsert keys; NULL MIG ids compare equal (IS NOT DISTINCT FROM).
 KEYS = {"devices": ("node", "gpu_uuid", "mig_gi_id"), "pods": ("namespace", "pod", "pod_uid"),
-        "prices": ("gpu_model", "node_label"), "teams": ("namespace",), "nodes": ("node",)}
+        "prices": ("gpu_model", "node_label"), "teams": ("namespace",), "nodes": ("node",),
+        "pod_status": ("ts", "namespace", "pod", "container"), "health": ("ts", "node", "gpu_uuid", "kind")}
 
 
 def load(con: Any, frames: dict, *, source: str, window: tuple[datetime, datetime] | None = None,

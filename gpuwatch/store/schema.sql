@@ -12,8 +12,13 @@ CREATE TABLE IF NOT EXISTS devices (
     mig_profile VARCHAR,
     mig_profile_id INTEGER,
     mig_placement_start INTEGER,
-    mig_placement_size INTEGER
+    mig_placement_size INTEGER,
+    driver_version VARCHAR,
+    cuda_driver_version VARCHAR
 );
+-- stores created before devices had driver versions
+ALTER TABLE devices ADD COLUMN IF NOT EXISTS driver_version VARCHAR;
+ALTER TABLE devices ADD COLUMN IF NOT EXISTS cuda_driver_version VARCHAR;
 
 CREATE TABLE IF NOT EXISTS samples (
     ts TIMESTAMP NOT NULL,
@@ -73,6 +78,30 @@ CREATE TABLE IF NOT EXISTS nodes (
 CREATE TABLE IF NOT EXISTS teams (
     namespace VARCHAR NOT NULL,
     team VARCHAR NOT NULL
+);
+
+-- Pod (container) state changes from kube-state-metrics (model.BUNDLE_COLUMNS["pod_status"]).
+CREATE TABLE IF NOT EXISTS pod_status (
+    ts TIMESTAMP NOT NULL,
+    namespace VARCHAR NOT NULL,
+    pod VARCHAR NOT NULL,
+    container VARCHAR,
+    phase VARCHAR,
+    restarts INTEGER,
+    last_terminated_reason VARCHAR,
+    last_exit_code INTEGER,
+    waiting_reason VARCHAR,
+    job VARCHAR,
+    gpu_request DOUBLE
+);
+
+-- GPU health events (model.HEALTH_KINDS): XID, ECC double-bit, row-remap failure, lost.
+CREATE TABLE IF NOT EXISTS health (
+    ts TIMESTAMP NOT NULL,
+    node VARCHAR NOT NULL,
+    gpu_uuid VARCHAR NOT NULL,
+    kind VARCHAR NOT NULL,
+    code BIGINT
 );
 
 -- Reference list prices (gpuwatch/store/list_prices.csv, dated), copied in by `ingest --prices list`:

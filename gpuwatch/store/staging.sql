@@ -350,3 +350,23 @@ SELECT * FROM stg_sample_rows WHERE in_series AND ts >= window_start AND ts < wi
 -- The same series, wide (stg_samples' columns).
 CREATE OR REPLACE MACRO stg_series(window_start, window_end) AS TABLE
 SELECT * FROM stg_samples WHERE in_series AND ts >= window_start AND ts < window_end;
+
+-- Pod (container) states from kube-state-metrics, one row per change (model.BUNDLE_COLUMNS["pod_status"]):
+-- names trimmed, empty text NULL, and until_ts, when the pod's (container's) next row replaces it
+-- (NULL: the last known state; how long it held is unknown past the last sample of anything).
+CREATE OR REPLACE VIEW stg_pod_status AS
+WITH raw AS (
+    SELECT DISTINCT ON (ts, namespace, pod, container) * FROM pod_status
+),
+clean AS (
+    SELECT ts, trim(namespace) AS namespace, trim(pod) AS pod, nullif(trim(container), '') AS container,
+           nullif(trim(phase), '') AS phase, restarts,
+           nullif(trim(last_terminated_reason), '') AS last_terminated_reason, last_exit_code,
+           nullif(trim(waiting_reason), '') AS waiting_reason, nullif(trim(job), '') AS job, gpu_request
+    FROM raw
+)
+SELECT *, lead(ts) OVER (PARTITION BY namespace, pod, container ORDER BY ts) AS until_ts FROM clean;
+
+-- GPU health events (model.HEALTH_KINDS), one row per event.
+CREATE OR REPLACE VIEW stg_health AS
+SELECT DISTINCT ts, trim(node) AS node, trim(gpu_uuid) AS gpu_uuid, lower(trim(kind)) AS kind, code FROM health;

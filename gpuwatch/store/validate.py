@@ -21,21 +21,26 @@ REQUIRED = {
     "prices": ("gpu_model", "usd_per_gpu_hour"),
     "teams": ("namespace", "team"),
     "nodes": ("node",),
+    "pod_status": ("ts", "namespace", "pod"),
+    "health": ("ts", "node", "gpu_uuid", "kind"),
 }
-TIMESTAMPS = {"samples": ("ts",), "pods": ("start_ts", "end_ts")}
+TIMESTAMPS = {"samples": ("ts",), "pods": ("start_ts", "end_ts"), "pod_status": ("ts",), "health": ("ts",)}
 INTEGERS = {
     "devices": ("gpu_index", "fb_total_bytes", "mig_gi_id", "mig_profile_id", "mig_placement_start",
                 "mig_placement_size"),
     "samples": ("mig_gi_id",),
+    "pod_status": ("restarts", "last_exit_code"),
+    "health": ("code",),
 }
 FLOATS = {
     "samples": BUNDLE_COLUMNS["samples"][7:],
     "pods": ("gpu_count",),
     "prices": ("usd_per_gpu_hour",),
+    "pod_status": ("gpu_request",),
 }
 # Counts, sizes and prices: a negative value is a broken bundle, not a reading to drop.
 NON_NEGATIVE = {"devices": INTEGERS["devices"], "pods": ("gpu_count",), "prices": ("usd_per_gpu_hour",),
-                "samples": ("mig_gi_id",)}
+                "samples": ("mig_gi_id",), "pod_status": ("restarts", "gpu_request"), "health": ("code",)}
 # Timestamps from 2000-01-01 to one day after now: milliseconds, seconds in a .prom file, a typo'd
 # year or a far-future outlier fall outside and are refused (one of them would move every window).
 EARLIEST_EPOCH = 946_684_800.0  # 2000-01-01T00:00:00Z

@@ -16,6 +16,7 @@ libnvidia-ml; v1 then reports ``used + reserved``, as NVML does), ``pcie_replay`
 or {"nvmlReturn": name} / {union member: number, "valueType": name}; the NVLink throughput ids answer
 only for scopeId UINT_MAX = all links, "<id>/<scope>" keys for other scopes) with
 ``field_timestamp_us``, and ``errors`` (pynvml function name -> NVML_ERROR_* name it raises).
+Scenario-wide: ``driver_version`` and ``cuda_driver_version`` (NVML's integer, 13010 = 13.1).
 """
 
 from __future__ import annotations
@@ -53,6 +54,14 @@ class FakeNvml:
 
     def nvmlSystemGetDriverVersion(self):
         return self.scenario.get("driver_version", "590.48.01")
+
+    def nvmlSystemGetCudaDriverVersion_v2(self):
+        """NVML's integer (1000 x major + 10 x minor); default 13010, the CUDA 13.1 that driver
+        590.48.01 reports in the real captures; ``"cuda_driver_version": null`` = NVML cannot say."""
+        version = self.scenario.get("cuda_driver_version", 13010)
+        if version is None:
+            raise _real.NVMLError(_real.NVML_ERROR_NOT_SUPPORTED)
+        return version
 
     def nvmlDeviceGetCount(self):
         return len(self.scenario["gpus"])

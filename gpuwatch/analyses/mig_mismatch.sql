@@ -1,0 +1,156 @@
+-- MIG/GPU size mismatch: pods that keep failing at their device's memory limit, what it burns, and the profile that would hold them.
+-- params: $start, $end (timestamps, window [start, end)), $mismatch_mem_share (ratio), $mismatch_min_failures (count), $mem_headroom (ratio)
+-- columns: namespace, pod, team, node, gpu_uuid, mig_gi_id, mig_profile, failed_runs, peak_fb_used_bytes, fb_total_bytes, cause, recommended_profile, gpu_hours_burnt, usd_burnt, first_failure, last_failure
+-- docs/architecture.md#finding-semantics. Runs come from stg_pod_status, per (pod, container): a run
+-- starts when the container leaves Pending (or is first seen past it, or its restart count falls: a new
+-- pod of that name) and ends at a termination: a row whose restart count rose over the last known one,
+-- or whose phase turned Failed. A jump of several restarts between two rows is one termination (only
+-- the last one's reason and exit code are known); the first row of a container is never one (its run's
+-- start is unknown). A run failed when its termination has a non-zero exit code or reason Error/OOMKilled.
+-- A failed run's peak is the pod's max fb_used_bytes per device (samples on its devices, that
+-- container's where samples name one, from the run's start clipped to $start up to but not including
+-- the termination row); a run without samples is unknown, never counted. cause 'gpu_memory': a failure
+-- other than OOMKilled whose peak reached $mismatch_mem_share x a device's fb_total_bytes (a CUDA
+-- out-of-memory ends as Error with a non-zero code); 'host_memory': an OOMKilled run at any GPU memory
+-- (the container's cgroup limit, not the GPU's size: reported so nobody resizes the GPU, no profile).
+-- Failures below the share that are not OOMKilled are not counted. One row per pod and cause with at
+-- least $mismatch_min_failures such runs ending in the window (a pod failing both ways has two rows);
+-- its device is the one that came closest to its limit (peak / fb_total_bytes).
+-- recommended_profile ('gpu_memory' only): the smallest MIG profile (ref_mig_profiles, memory slices
+-- first, then compute; 7g and +me excluded, as in rightsizing) larger than the instance whose share of
+-- the GPU's memory covers the peak x (1 + $mem_headroom), named for this GPU's memory ("1g.20gb");
+-- 'whole GPU' when none does; 'larger GPU' when the pod already has a whole GPU. The GPU's memory is
+-- the larger of its whole-GPU row's and what its instances imply (memory / memory share): a MIG-mode
+-- parent row may report less. The peak is capped by the device, so the profile is a lower bound.
+-- Burnt = the failed runs' time (crash-loop back-off included: the GPU stays held; runs of several
+-- containers overlapping count once) x the pod's GPU share (stg_streams, as chargeback) and x its
+-- price per hour (NULL when a device of the pod is unpriced, never $0).
+WITH states AS (
+    SELECT namespace, pod, container, ts, restarts, lower(phase) AS phase,
+           lower(last_terminated_reason) AS reason, last_exit_code,
+           lag(restarts IGNORE NULLS) OVER w AS prev_restarts,
+           lag(lower(phase) IGNORE NULLS) OVER w AS prev_phase,
+           row_number() OVER w AS nth
+    FROM stg_pod_status
+    WHERE ts < $end
+    WINDOW w AS (PARTITION BY namespace, pod, container ORDER BY ts)
+),
+edges AS (
+    SELECT *,
+           nth > 1 AND coalesce(restarts > prev_restarts
+                                OR (phase = 'failed' AND prev_phase IS DISTINCT FROM 'failed'), FALSE) AS ended,
+           coalesce(phase, '') <> 'pending'
+               AND (nth = 1 OR coalesce(prev_phase IN ('pending', 'failed', 'succeeded'), FALSE)
+                    OR coalesce(restarts < prev_restarts, FALSE)) AS started
+    FROM states
+),
+bounded AS (
+    -- each termination's run began at the previous boundary (a start or a termination)
+    SELECT *, lag(ts) OVER (PARTITION BY namespace, pod, container ORDER BY ts) AS run_start
+    FROM edges
+    WHERE ended OR started
+),
+failed_runs AS (
+    SELECT namespace, pod, container, greatest(run_start, $start::TIMESTAMP) AS run_from, ts AS ended_at,
+           CASE WHEN reason = 'oomkilled' THEN 'host_memory' ELSE 'gpu_memory' END AS cause
+    FROM bounded
+    WHERE ended AND run_start IS NOT NULL AND ts >= $start
+      AND (coalesce(last_exit_code <> 0, FALSE) OR coalesce(reason IN ('error', 'oomkilled'), FALSE))
+),
+sliced AS (
+    SELECT d.*, coalesce(m.memory_slices, d.mig_placement_size) AS instance_slices
+    FROM stg_devices d
+    LEFT JOIN ref_mig_profiles m ON m.profile_id = d.mig_profile_id
+),
+gpu_memory AS (
+    SELECT node, gpu_uuid,
+           greatest(max(fb_total_bytes) FILTER (WHERE mig_gi_id IS NULL),
+                    max(fb_total_bytes / mig_memory_share(instance_slices)) FILTER (WHERE mig_gi_id IS NOT NULL))
+               AS gpu_fb_total_bytes
+    FROM sliced
+    GROUP BY node, gpu_uuid
+),
+devices AS (
+    -- the pods' devices with their memory, and the whole GPU's
+    SELECT k.stream_id, k.namespace, k.pod, k.node, k.gpu_uuid, k.mig_gi_id, d.mig_profile, d.fb_total_bytes,
+           d.instance_slices, g.gpu_fb_total_bytes
+    FROM stg_streams k
+    JOIN sliced d ON d.node = k.node AND d.gpu_uuid = k.gpu_uuid AND d.mig_gi_id IS NOT DISTINCT FROM k.mig_gi_id
+    JOIN gpu_memory g ON g.node = k.node AND g.gpu_uuid = k.gpu_uuid
+    WHERE k.pod IS NOT NULL AND d.fb_total_bytes > 0
+),
+run_peaks AS (
+    SELECT f.namespace, f.pod, f.container, f.ended_at, f.run_from, f.cause, d.stream_id, d.fb_total_bytes,
+           max(r.fb_used_bytes) AS peak_fb_used_bytes
+    FROM failed_runs f
+    JOIN devices d ON d.namespace = f.namespace AND d.pod = f.pod
+    JOIN stg_sample_rows r ON r.stream_id = d.stream_id AND r.ts >= f.run_from AND r.ts < f.ended_at
+    WHERE f.container IS NULL OR r.container IS NULL OR r.container = f.container
+    GROUP BY ALL
+),
+runs AS (
+    -- counted runs (OOMKilled, or at the limit), one row each, with the device that came closest to it
+    SELECT namespace, pod, container, ended_at, any_value(run_from) AS run_from, any_value(cause) AS cause,
+           arg_max({'stream_id': stream_id, 'peak': peak_fb_used_bytes, 'share': peak_fb_used_bytes / fb_total_bytes},
+                   [peak_fb_used_bytes / fb_total_bytes, -stream_id]) AS fullest
+    FROM run_peaks
+    WHERE peak_fb_used_bytes IS NOT NULL
+      AND (cause = 'host_memory' OR peak_fb_used_bytes >= $mismatch_mem_share * fb_total_bytes)
+    GROUP BY namespace, pod, container, ended_at
+),
+spans AS (
+    -- the part of each run no earlier run (of another container) already covered
+    SELECT *, max(ended_at) OVER (PARTITION BY namespace, pod, cause ORDER BY run_from, ended_at
+                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS covered_until
+    FROM runs
+),
+per_pod AS (
+    SELECT namespace, pod, cause, count(*) AS failed_runs,
+           arg_max(fullest, [fullest.share, -fullest.stream_id]) AS fullest,
+           sum(greatest(epoch(ended_at) - epoch(greatest(run_from, coalesce(covered_until, run_from))), 0))
+               AS burnt_seconds,
+           min(ended_at) AS first_failure, max(ended_at) AS last_failure
+    FROM spans
+    GROUP BY namespace, pod, cause
+    HAVING count(*) >= $mismatch_min_failures
+),
+pod_rates AS (
+    -- what the pod holds per hour: its streams' GPU shares and prices (unpriced anywhere: unknown)
+    SELECT namespace, pod, any_value(team) AS team, sum(gpu_share) AS gpu_share,
+           CASE WHEN bool_and(usd_per_hour IS NOT NULL) THEN sum(usd_per_hour) END AS usd_per_hour
+    FROM stg_streams
+    WHERE pod IS NOT NULL
+    GROUP BY namespace, pod
+),
+profiles AS (
+    SELECT compute_slices, memory_slices FROM ref_mig_profiles
+    WHERE mig_gpu_share(compute_slices) < 1 AND label NOT LIKE '%+me'
+),
+sized AS (
+    SELECT p.*, d.node, d.gpu_uuid, d.mig_gi_id, d.mig_profile, d.fb_total_bytes, p.fullest.peak AS peak_fb_used_bytes,
+           (SELECT arg_min(f.compute_slices || 'g.'
+                           || CAST(round(d.gpu_fb_total_bytes * mig_memory_share(f.memory_slices) / 1073741824.0) AS INTEGER)
+                           || 'gb', [f.memory_slices, f.compute_slices])
+            FROM profiles f
+            WHERE f.memory_slices > coalesce(d.instance_slices, 0)
+              AND d.gpu_fb_total_bytes * mig_memory_share(f.memory_slices) >= p.fullest.peak * (1 + $mem_headroom))
+               AS fitting_profile,
+           d.gpu_fb_total_bytes
+    FROM per_pod p
+    JOIN devices d ON d.stream_id = p.fullest.stream_id
+),
+final AS (
+    SELECT s.namespace, s.pod, coalesce(a.team, r.team, s.namespace) AS team, s.node, s.gpu_uuid, s.mig_gi_id,
+           s.mig_profile, s.failed_runs, s.peak_fb_used_bytes, s.fb_total_bytes, s.cause,
+           CASE WHEN s.cause = 'host_memory' THEN NULL
+                WHEN s.mig_gi_id IS NULL THEN 'larger GPU'
+                WHEN s.gpu_fb_total_bytes IS NULL THEN NULL
+                ELSE coalesce(s.fitting_profile, 'whole GPU') END AS recommended_profile,
+           s.burnt_seconds * r.gpu_share / 3600.0 AS gpu_hours_burnt,
+           s.burnt_seconds * r.usd_per_hour / 3600.0 AS usd_burnt,
+           s.first_failure, s.last_failure
+    FROM sized s
+    LEFT JOIN pod_rates r USING (namespace, pod)
+    LEFT JOIN stg_pods a USING (namespace, pod)
+)
+SELECT * FROM final ORDER BY round(usd_burnt, 6) DESC NULLS LAST, round(gpu_hours_burnt, 6) DESC, namespace, pod, cause

@@ -1,0 +1,130 @@
+-- Orphaned memory: devices holding GPU memory while no pod is allocated to them, for how long, and what the unusable device costs.
+-- params: $start, $end (timestamps, window [start, end)), $gap_steps (steps), $orphan_gpu_baseline_bytes (bytes), $orphan_mig_baseline_bytes (bytes), $orphan_min_seconds (seconds)
+-- columns: node, gpu_uuid, mig_gi_id, gpu_model, since, until, seconds, max_fb_used_bytes, last_namespace, last_pod, usd_per_hour, usd_unusable, recommendation
+-- docs/architecture.md#finding-semantics. A device is a whole GPU or a MIG instance (samples' node,
+-- gpu_uuid, mig_gi_id). At each sample time it is:
+--   held      when a sample row of it names a pod that has not ended (no pods-file row, or end_ts > ts):
+--             the kubelet keeps terminated pods listed for a while, so a series still labelled with a
+--             pod at or after that pod's end_ts is not an allocation; a whole GPU is also held while any
+--             of its MIG instances is (its memory is theirs);
+--   orphaned  when not held and fb_used_bytes (the largest row at that time) is above its empty
+--             baseline: $orphan_mig_baseline_bytes for a MIG instance, $orphan_gpu_baseline_bytes for a
+--             whole GPU (the driver's own context; equal to the baseline is empty);
+--   unknown   when not held and fb_used_bytes is NULL: neither orphaned nor empty, and like a gap it
+--             ends a run.
+-- A run is consecutive orphaned samples of one device; a non-orphaned sample or an interval longer
+-- than $gap_steps of the device's step (median interval between its sample times in the window; one
+-- sample: 60 s) ends it. Each sample stands for one step: since = first sample, until = last sample
+-- + one step, seconds = until - since. Runs of at least $orphan_min_seconds are reported.
+-- last_namespace/last_pod: the pod most recently named on the device at or before the run's last
+-- sample (an ended pod still listed included: it is the usual culprit), else the latest pod whose
+-- pods-file device_ids list the whole GPU and that started before the run ended; NULL if none.
+-- usd_unusable = the device's price (stg_devices: a MIG instance's own) x the run's hours; NULL when
+-- the device is unpriced or not in the devices file (never $0).
+WITH streams AS (
+    -- per stream: its device (dense integer ids: every later group and window is on integers), its
+    -- empty baseline, and until when its pod holds it (no pod: never; an open allocation: always)
+    SELECT k.stream_id, k.node, k.gpu_uuid, k.mig_gi_id,
+           dense_rank() OVER (ORDER BY k.node, k.gpu_uuid, k.mig_gi_id NULLS FIRST) AS device_id,
+           dense_rank() OVER (ORDER BY k.node, k.gpu_uuid) AS gpu_id,
+           CASE WHEN k.mig_gi_id IS NULL THEN $orphan_gpu_baseline_bytes ELSE $orphan_mig_baseline_bytes END AS baseline,
+           CASE WHEN k.pod IS NULL THEN TIMESTAMP '-infinity'
+                ELSE coalesce(p.end_ts, TIMESTAMP 'infinity') END AS held_until
+    FROM stg_streams k
+    LEFT JOIN stg_pods p ON p.namespace = k.namespace AND p.pod = k.pod
+),
+suspects AS (
+    -- streams of GPUs with a sample no pod holds above its baseline: the only ones worth the scan below
+    SELECT * FROM streams
+    WHERE gpu_id IN (SELECT s.gpu_id FROM stg_sample_rows r JOIN streams s USING (stream_id)
+                     WHERE r.ts >= $start AND r.ts < $end AND r.ts >= s.held_until AND r.fb_used_bytes > s.baseline)
+),
+sample_rows AS (
+    SELECT s.device_id, s.gpu_id, s.mig_gi_id, s.baseline, r.ts, r.fb_used_bytes, r.ts < s.held_until AS held
+    FROM stg_sample_rows r
+    JOIN suspects s USING (stream_id)
+    WHERE r.ts >= $start AND r.ts < $end
+),
+gpu_times AS (
+    -- a whole GPU is held while a pod holds it or any of its MIG instances
+    SELECT gpu_id, ts, bool_or(held) AS held FROM sample_rows GROUP BY gpu_id, ts
+),
+device_times AS (
+    -- one row per (device, sample time): several streams (pods sharing it, a stale one) are one reading
+    SELECT device_id, gpu_id, mig_gi_id, baseline, ts, bool_or(held) AS held, max(fb_used_bytes) AS fb_used_bytes
+    FROM sample_rows GROUP BY device_id, gpu_id, mig_gi_id, baseline, ts
+),
+judged AS (
+    SELECT d.device_id, d.ts, d.fb_used_bytes,
+           coalesce(NOT (CASE WHEN d.mig_gi_id IS NULL THEN g.held ELSE d.held END)
+                    AND d.fb_used_bytes > d.baseline, FALSE) AS orphaned,
+           epoch(d.ts) - lag(epoch(d.ts)) OVER (PARTITION BY d.device_id ORDER BY d.ts) AS dt_seconds
+    FROM device_times d
+    JOIN gpu_times g ON g.gpu_id = d.gpu_id AND g.ts = d.ts
+),
+steps AS (
+    SELECT device_id, coalesce(median(dt_seconds), 60.0) AS step_seconds FROM judged GROUP BY device_id
+),
+edged AS (
+    -- a run starts at an orphaned sample after a non-orphaned one, a gap or the window's start
+    SELECT j.*, s.step_seconds,
+           j.orphaned AND (NOT coalesce(lag(j.orphaned) OVER (PARTITION BY j.device_id ORDER BY j.ts), FALSE)
+                           OR coalesce(j.dt_seconds > $gap_steps * s.step_seconds, TRUE)) AS run_start
+    FROM judged j
+    JOIN steps s USING (device_id)
+),
+numbered AS (
+    SELECT *, sum(run_start::INTEGER) OVER (PARTITION BY device_id ORDER BY ts) AS run_id FROM edged
+),
+runs AS (
+    SELECT device_id, run_id, min(ts) AS since, max(ts) AS last_ts,
+           max(ts) + to_seconds(any_value(step_seconds)) AS until,
+           epoch(max(ts)) - epoch(min(ts)) + any_value(step_seconds) AS seconds,
+           max(fb_used_bytes) AS max_fb_used_bytes
+    FROM numbered
+    WHERE orphaned
+    GROUP BY device_id, run_id
+    HAVING epoch(max(ts)) - epoch(min(ts)) + any_value(step_seconds) >= $orphan_min_seconds
+),
+devices AS (
+    SELECT DISTINCT device_id, node, gpu_uuid, mig_gi_id FROM suspects
+),
+labelled AS (
+    -- the pod named on a run's device at each time (pods sharing it: the first by namespace, pod)
+    SELECT s.device_id, r.ts, min([k.namespace, k.pod]) AS holder
+    FROM stg_sample_rows r
+    JOIN suspects s USING (stream_id)
+    JOIN stg_streams k USING (stream_id)
+    WHERE k.pod IS NOT NULL AND r.ts < $end AND s.device_id IN (SELECT device_id FROM runs)
+    GROUP BY s.device_id, r.ts
+),
+sampled_last AS (
+    SELECT r.device_id, r.run_id, l.holder
+    FROM runs r
+    ASOF JOIN labelled l ON l.device_id = r.device_id AND l.ts <= r.last_ts
+),
+listed_last AS (
+    -- a whole GPU's last allocation from the pods file, for runs whose samples name no pod
+    SELECT r.device_id, r.run_id, arg_max([p.namespace, p.pod], p.start_ts) AS holder
+    FROM runs r
+    JOIN devices d USING (device_id)
+    JOIN stg_pods p
+      ON d.mig_gi_id IS NULL AND coalesce(p.node = d.node, TRUE) AND p.start_ts <= r.last_ts
+     AND list_contains(list_transform(string_split(p.device_ids, ','), lambda x: trim(x)), d.gpu_uuid)
+    GROUP BY r.device_id, r.run_id
+),
+final AS (
+    SELECT v.node, v.gpu_uuid, v.mig_gi_id, coalesce(d.gpu_model, g.gpu_model) AS gpu_model, r.since, r.until,
+           r.seconds, r.max_fb_used_bytes,
+           coalesce(s.holder, l.holder)[1] AS last_namespace, coalesce(s.holder, l.holder)[2] AS last_pod,
+           d.usd_per_hour, d.usd_per_hour * r.seconds / 3600.0 AS usd_unusable,
+           'drain the node and reset the GPU (memory held by no pod)' AS recommendation
+    FROM runs r
+    JOIN devices v USING (device_id)
+    LEFT JOIN stg_devices d
+      ON d.node = v.node AND d.gpu_uuid = v.gpu_uuid AND d.mig_gi_id IS NOT DISTINCT FROM v.mig_gi_id
+    LEFT JOIN stg_gpus g ON g.node = v.node AND g.gpu_uuid = v.gpu_uuid
+    LEFT JOIN sampled_last s ON s.device_id = r.device_id AND s.run_id = r.run_id
+    LEFT JOIN listed_last l ON l.device_id = r.device_id AND l.run_id = r.run_id
+)
+SELECT * FROM final ORDER BY round(usd_unusable, 6) DESC NULLS LAST, seconds DESC, node, gpu_uuid, mig_gi_id, since
