@@ -24,7 +24,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 test: $(STAMP) system-deps lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 demo: $(STAMP)
 	$(BIN)/gpuwatch demo

@@ -163,7 +163,7 @@ def _brute_runs(ticks, *, ended_at, baseline, min_seconds, gap_steps):
     return sorted((s, last - s + step, fb) for s, last, fb in runs if last - s + step >= min_seconds)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ticks=st.lists(st.tuples(st.sampled_from([1, 1, 1, 2, 5, 9]), TICK), min_size=1, max_size=30),
        mig=st.booleans(), ended_minute=st.integers(0, 60), min_minutes=st.integers(0, 12),
        gap_steps=st.sampled_from([1.0, 3.0]))

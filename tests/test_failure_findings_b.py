@@ -228,7 +228,7 @@ def property_store():
     con.close()
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(st.tuples(st.integers(1, 20), status_row), min_size=1, max_size=12),
        high=st.lists(st.booleans(), min_size=32, max_size=32), start=st.integers(0, 40))
@@ -412,7 +412,7 @@ def gang_property_store():
     con.close()
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(blocks=st.lists(st.lists(st.sampled_from([True, True, True, False]), min_size=12, max_size=12),
                       min_size=1, max_size=2),
