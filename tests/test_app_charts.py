@@ -25,6 +25,9 @@ from tests.test_app_browser import ARGS, CHROMIUM, free_port, wait_healthy
 SCRIPT = str(ROOT / "app" / "streamlit_app.py")
 ARTIFACTS = ROOT / "tests" / "artifacts"
 PAGES = ("", "idle_hoarding", "false_utilization", "mig", "chargeback", "recommendations", "gpu")
+# Streamlit shows its status widget ("Running...", "Stop") while a page's script runs: a screenshot
+# before it goes would catch a page half-drawn (only its title)
+FINISHED = "() => !document.querySelector('[data-testid=stStatusWidget]')"
 CASES = ("one-pod", "1-team", "3-teams", "50-teams", "500-teams")
 
 
@@ -116,6 +119,7 @@ def test_every_page_draws_readable_charts_in_the_browser(stores, browser, case):
             tab.goto(f"{url}/{page}")
             tab.get_by_role("heading", level=1).first.wait_for(timeout=90_000)
             tab.wait_for_load_state("networkidle")
+            tab.wait_for_function(FINISHED, timeout=90_000)  # the page's script has run to its end
             deadline = time.monotonic() + 30
             charts = tab.evaluate(CHARTS)
             while not all(c["drawn"] for c in charts) and time.monotonic() < deadline:

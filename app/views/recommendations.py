@@ -14,7 +14,12 @@ st.caption(f"Monthly savings = the run-rate of the waste each action removes, as
            f"({ui.observed_hours_text(ctx)}), × 730 h; never more than that waste. *Investigate* items carry "
            "the waste at stake and are not counted as savings: a person must look first.")
 KINDS = {"reclaim_idle": "Give back idle GPUs", "rightsize_mig": "Right-size to a MIG instance",
-         "repack_mig": "Repack MIG instances", "investigate_false_util": "Investigate false utilization"}
+         "repack_mig": "Repack MIG instances", "investigate_false_util": "Investigate false utilization",
+         "fix_mig_profile": "Move to a MIG profile that fits", "gang_schedule": "Gang-schedule stalled jobs",
+         "reset_gpu": "Reset GPUs holding orphaned memory", "pin_driver": "Pin the pool's driver",
+         "cordon_gpu": "Cordon failing GPUs", "investigate_xid": "Investigate application XIDs",
+         "investigate_host_memory": "Investigate OOMKilled (host memory)",
+         "investigate_straggler": "Investigate stragglers"}
 frame = frame.assign(what=frame["kind"].map(KINDS).fillna(frame["kind"]))
 picked = st.multiselect("Kind", sorted(frame["what"].unique()), key="recs_kind", placeholder="All kinds")
 shown = frame[frame["what"].isin(picked)] if picked else frame
