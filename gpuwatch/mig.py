@@ -17,6 +17,11 @@ from functools import cache, reduce
 
 MEMORY_SLICES = 8
 COMPUTE_SLICES = 7
+# GPU models with this geometry (7 compute, 8 memory slices), matched case-insensitively on the model
+# name DCGM/NVML report: A100/A800, H100/H800/H20/H200/GH200, B100/B200/GB200/B300/GB300 (NVIDIA's MIG
+# user guide, supported GPUs). Anything else (L40S, L4, A10, consumer boards; A30's 4-slice geometry)
+# is never offered a MIG profile: an unknown model is not MIG-capable.
+CAPABLE_MODEL_PATTERN = r"\b(a100|a800|h100|h800|h20|h200|gh200|b100|b200|gb200|b300|gb300)\b"
 
 
 @dataclass(frozen=True)

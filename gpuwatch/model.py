@@ -17,6 +17,10 @@ BUNDLE_COLUMNS: dict[str, tuple[str, ...]] = {
         # the node's NVIDIA driver and the CUDA version it supports ("550.127.08", "12.4"); last so
         # older stores can add them
         "driver_version", "cuda_driver_version",
+        # the NUMA node the GPU is attached to (nvmlDeviceGetNumaNodeId / topo -m "NUMA Affinity"), and its
+        # multi-node NVLink clique ("<cluster uuid>/<clique id>" from nvmlDeviceGetGpuFabricInfo: GPUs of one
+        # clique on different nodes talk over NVLink); empty = unknown
+        "numa_node", "nvlink_clique",
     ),
     "samples": (
         "ts", "node", "gpu_uuid", "mig_gi_id", "namespace", "pod", "container", "gpu_util",
@@ -42,22 +46,41 @@ BUNDLE_COLUMNS: dict[str, tuple[str, ...]] = {
     # last termination reason (Error, OOMKilled, ...) and exit code, waiting reason (CrashLoopBackOff,
     # ...); ``job`` the gang the pod belongs to (Volcano/Kueue/Kubeflow/JobSet/owner, docs/architecture.md),
     # ``gpu_request`` the GPUs it requests (Pending pods hold none, so the pods file lacks them).
+    # Pending demand (docs/architecture.md#topology): ``created_ts`` (kube_pod_created), ``scheduled_ts``
+    # (kube_pod_status_scheduled_time), ``unschedulable`` 1 when the scheduler said so
+    # (kube_pod_status_unschedulable / PodScheduled=False reason Unschedulable), 0 when it did not, empty
+    # unknown; ``gpu_resource`` the extended resource requested (nvidia.com/gpu, nvidia.com/mig-1g.10gb);
+    # ``node_selector`` the pod's node selector as a JSON object (kube_pod_nodeselectors), which narrows
+    # the nodes it could run on. Last so older stores can add them.
     "pod_status": ("ts", "namespace", "pod", "container", "phase", "restarts", "last_terminated_reason",
-                   "last_exit_code", "waiting_reason", "job", "gpu_request"),
+                   "last_exit_code", "waiting_reason", "job", "gpu_request",
+                   "created_ts", "scheduled_ts", "unschedulable", "gpu_resource", "node_selector"),
     # GPU health events: kind xid (code = the XID), ecc_dbe (code = double-bit errors in the event),
     # row_remap_failure, lost (fell off the bus); one row per event
     "health": ("ts", "node", "gpu_uuid", "kind", "code"),
+    # The link between two GPUs of one node (gpuwatch/topology.py): ``link`` NV|PIX|PXB|PHB|NODE|SYS,
+    # ``nvlinks`` the bonded NVLink count when NV. One row per pair, in either or both directions; static
+    # (a load replaces the node's rows for the GPUs it carries). Absent = topology unknown.
+    "topology": ("node", "gpu_uuid", "peer_gpu_uuid", "link", "nvlinks"),
+    # GPU compute processes (NVML, host PIDs) and the pod each belongs to, from its cgroup: ``in_pod`` 1 with
+    # the pod's ``pod_uid``, 0 for a process in no pod's cgroup (a host process), empty when its cgroup could
+    # not be read; ``fb_used_bytes`` the memory it holds on the device (a MIG instance: ``mig_gi_id``).
+    "processes": ("ts", "node", "gpu_uuid", "mig_gi_id", "pid", "pod_uid", "in_pod", "fb_used_bytes"),
 }
 HEALTH_KINDS: tuple[str, ...] = ("xid", "ecc_dbe", "row_remap_failure", "lost")
 POD_PHASES: tuple[str, ...] = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 
 # Columns of the simulator's ground truth (not part of the bundle contract; analyses never read it).
-TRUTH_COLUMNS: tuple[str, ...] = ("namespace", "pod", "behavior", "placement", "team")
+# ``topology`` (empty for most pods): well_placed | misplaced (a multi-GPU pod on a worse block than one
+# free on its node at its start) | spread (a multi-pod job on more nodes than it needed) | blocked (a
+# pending pod that enough free GPUs could have run, had they formed a block) | full (pending, too few
+# free GPUs: no fragmentation). Pending pods are rows with behavior "pending", placement "none".
+TRUTH_COLUMNS: tuple[str, ...] = ("namespace", "pod", "behavior", "placement", "team", "topology")
 
 # Ground-truth behaviours the simulator generates.
-BEHAVIORS: tuple[str, ...] = ("productive", "hoarder", "false_util")
+BEHAVIORS: tuple[str, ...] = ("productive", "hoarder", "false_util", "pending")
 # How a pod holds its GPU(s).
-PLACEMENTS: tuple[str, ...] = ("whole", "mig", "shared")
+PLACEMENTS: tuple[str, ...] = ("whole", "mig", "shared", "none")  # none: a pod that never got a GPU
 
 
 @dataclass(frozen=True)
@@ -82,6 +105,8 @@ class Device:
     mig_uuid: str | None = None
     driver_version: str | None = None
     cuda_driver_version: str | None = None
+    numa_node: int | None = None
+    nvlink_clique: str | None = None
 
     @property
     def is_mig(self) -> bool:

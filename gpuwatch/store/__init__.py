@@ -14,7 +14,7 @@ import tempfile
 from datetime import datetime, timedelta
 from typing import Any
 
-from gpuwatch import mig
+from gpuwatch import mig, topology
 from gpuwatch.store.load import LIST_PRICES, link_bundle, load, load_bundle
 from gpuwatch.store.staged import node_ranges, refresh, script
 from gpuwatch.store.validate import BundleError
@@ -54,6 +54,7 @@ def connect(path: str | None, *, read_only: bool = False, memory_limit: str | No
         for name in ("schema.sql", "reclaim_audit.sql"):
             con.execute(script(name))
         write_mig_reference(con)
+        write_topology_reference(con)
         con.execute(script("staging.sql"))
         con.execute("CREATE TABLE IF NOT EXISTS store_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
         con.execute("INSERT OR REPLACE INTO store_meta VALUES ('staging', ?)", [staging_fingerprint()])
@@ -94,8 +95,8 @@ def _old_staging(con: Any) -> bool:
 
 def write_mig_reference(con: Any) -> None:
     """MIG geometry as SQL, from gpuwatch.mig (the one place it is declared): ref_mig_profiles and the
-    macros mig_gpu_share(compute slices) and mig_memory_share(memory slices) that staging and the
-    analyses use."""
+    macros mig_gpu_share(compute slices), mig_memory_share(memory slices) and mig_capable(model) that
+    staging and the analyses use."""
     con.execute("CREATE OR REPLACE TABLE ref_mig_profiles (profile_id INTEGER PRIMARY KEY, label VARCHAR, "
                 "compute_slices INTEGER, memory_slices INTEGER, max_count INTEGER)")
     con.executemany("INSERT INTO ref_mig_profiles VALUES (?, ?, ?, ?, ?)",
@@ -103,6 +104,19 @@ def write_mig_reference(con: Any) -> None:
     # the slice counts are the code's own constants, not data: formatting them into the macro is safe
     con.execute(f"CREATE OR REPLACE MACRO mig_gpu_share(slices) AS slices / {float(mig.COMPUTE_SLICES)}")
     con.execute(f"CREATE OR REPLACE MACRO mig_memory_share(slices) AS slices / {float(mig.MEMORY_SLICES)}")
+    con.execute("CREATE OR REPLACE MACRO mig_capable(model) AS "
+                f"coalesce(regexp_matches(lower(model), '{mig.CAPABLE_MODEL_PATTERN}'), FALSE)")
+
+
+def write_topology_reference(con: Any) -> None:
+    """The link classes as SQL, from gpuwatch.topology (the one place they are declared): ref_links
+    (link, link_rank 0 = NV best .. 5 = SYS, assumed bytes/s per direction for PCIe classes; an NVLink's
+    is its nvlinks x the per-link rate, ``nvlink_bytes_per_second_per_link``)."""
+    con.execute("CREATE OR REPLACE TABLE ref_links (link VARCHAR PRIMARY KEY, link_rank INTEGER, "
+                "bytes_per_second DOUBLE, nvlink_bytes_per_second_per_link DOUBLE)")
+    con.executemany("INSERT INTO ref_links VALUES (?, ?, ?, ?)",
+                    [(link, topology.rank(link), topology.PCIE_BYTES_PER_SECOND.get(link),
+                      topology.NVLINK_BYTES_PER_SECOND_PER_LINK if link == "NV" else None) for link in topology.LINKS])
 
 
 def price_coverage(con: Any):

@@ -31,9 +31,10 @@ from gpuwatch.store.validate import (
     BundleError,
     check_column_names,
 )
+from gpuwatch.topology import LINKS
 
 # Text columns holding one of a fixed set of values (case-insensitive); the sets are the model's.
-ENUMS = (("health", "kind", HEALTH_KINDS), ("pod_status", "phase", POD_PHASES))
+ENUMS = (("health", "kind", HEALTH_KINDS), ("pod_status", "phase", POD_PHASES), ("topology", "link", LINKS))
 ROW, FILE = "__row", "__file"  # technical columns every checked relation carries
 _NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
             "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE")
@@ -76,6 +77,11 @@ def plan(name: str, types: dict[str, str], *, file: str) -> tuple[list[str], lis
         rules.append(Rule("labels", f"nullif(trim({text}), '') IS NOT NULL AND CASE WHEN json_valid({text}) "
                                     f"THEN json_type(CAST({text} AS JSON)) <> 'OBJECT' ELSE TRUE END",
                           text, "{raw} is not a JSON object of labels (e.g. {{\"cost_center\": \"cc-7\"}})"))
+    if name == "pod_status" and "node_selector" in types:
+        text = values["node_selector"]
+        rules.append(Rule("node_selector", f"nullif(trim({text}), '') IS NOT NULL AND CASE WHEN json_valid({text}) "
+                                           f"THEN json_type(CAST({text} AS JSON)) <> 'OBJECT' ELSE TRUE END",
+                          text, "{raw} is not a JSON object of node selector labels (e.g. {{\"nvidia.com/gpu.product\": \"H100\"}})"))
     for table, column, allowed in ENUMS:
         if name == table and column in types:
             text, listed = values[column], ", ".join(f"'{v.lower()}'" for v in allowed)

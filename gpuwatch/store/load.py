@@ -29,11 +29,18 @@ LIST_PRICES_FILE = Path(__file__).with_name("list_prices.csv")
 # ``cluster=NAME``: the identities that collide across clusters become NAME/<value> (Kubernetes node and
 # namespace names never contain "/", so the qualifier is unambiguous; GPU and pod UIDs are unique).
 QUALIFIED = {"devices": ("node",), "samples": ("node", "namespace"), "pods": ("node", "namespace"), "nodes": ("node",),
-             "pod_status": ("namespace",), "health": ("node",)}
+             "pod_status": ("namespace",), "health": ("node",), "topology": ("node",),
+             "processes": ("node",)}
 # Upsert keys; NULL MIG ids compare equal (IS NOT DISTINCT FROM).
 KEYS = {"devices": ("node", "gpu_uuid", "mig_gi_id"), "pods": ("namespace", "pod", "pod_uid"),
         "prices": ("gpu_model", "node_label"), "teams": ("namespace",), "nodes": ("node",),
-        "pod_status": ("ts", "namespace", "pod", "container"), "health": ("ts", "node", "gpu_uuid", "kind")}
+        "pod_status": ("ts", "namespace", "pod", "container"), "health": ("ts", "node", "gpu_uuid", "kind"),
+        "topology": ("node", "gpu_uuid", "peer_gpu_uuid"), "processes": ("ts", "node", "gpu_uuid", "mig_gi_id", "pid")}
+
+
+# Facts another load may have supplied (ingest --from topo.txt --node writes a node's NUMA nodes; a later
+# /metrics or bundle load without them must not wipe them): an incoming NULL keeps the stored value.
+KEPT = {"devices": ("numa_node", "nvlink_clique")}
 
 
 def load(con: Any, frames: dict, *, source: str, window: tuple[datetime, datetime] | None = None,
@@ -158,6 +165,8 @@ def _upsert_incoming(con: Any, name: str) -> int:
     con.execute(f"CREATE OR REPLACE TEMP TABLE incoming AS SELECT * EXCLUDE ({ROW}) FROM incoming "
                 f"QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY {ROW} DESC) = 1")
     match = " AND ".join(f"t.{k} IS NOT DISTINCT FROM i.{k}" for k in KEYS[name])
+    for column in KEPT.get(name, ()):
+        con.execute(f"UPDATE incoming i SET {column} = t.{column} FROM {name} t WHERE {match} AND i.{column} IS NULL")
     con.execute(f"DELETE FROM {name} t USING incoming i WHERE {match}")
     return con.execute(f"INSERT INTO {name} SELECT * FROM incoming").fetchall()[0][0]
 

@@ -19,6 +19,9 @@ CREATE TABLE IF NOT EXISTS devices (
 -- stores created before devices had driver versions
 ALTER TABLE devices ADD COLUMN IF NOT EXISTS driver_version VARCHAR;
 ALTER TABLE devices ADD COLUMN IF NOT EXISTS cuda_driver_version VARCHAR;
+-- stores created before devices had topology
+ALTER TABLE devices ADD COLUMN IF NOT EXISTS numa_node INTEGER;
+ALTER TABLE devices ADD COLUMN IF NOT EXISTS nvlink_clique VARCHAR;
 
 CREATE TABLE IF NOT EXISTS samples (
     ts TIMESTAMP NOT NULL,
@@ -92,8 +95,19 @@ CREATE TABLE IF NOT EXISTS pod_status (
     last_exit_code INTEGER,
     waiting_reason VARCHAR,
     job VARCHAR,
-    gpu_request DOUBLE
+    gpu_request DOUBLE,
+    created_ts TIMESTAMP,
+    scheduled_ts TIMESTAMP,
+    unschedulable INTEGER,
+    gpu_resource VARCHAR,
+    node_selector VARCHAR
 );
+-- stores created before pod_status had pending demand
+ALTER TABLE pod_status ADD COLUMN IF NOT EXISTS created_ts TIMESTAMP;
+ALTER TABLE pod_status ADD COLUMN IF NOT EXISTS scheduled_ts TIMESTAMP;
+ALTER TABLE pod_status ADD COLUMN IF NOT EXISTS unschedulable INTEGER;
+ALTER TABLE pod_status ADD COLUMN IF NOT EXISTS gpu_resource VARCHAR;
+ALTER TABLE pod_status ADD COLUMN IF NOT EXISTS node_selector VARCHAR;
 
 -- GPU health events (model.HEALTH_KINDS): XID, ECC double-bit, row-remap failure, lost.
 CREATE TABLE IF NOT EXISTS health (
@@ -102,6 +116,28 @@ CREATE TABLE IF NOT EXISTS health (
     gpu_uuid VARCHAR NOT NULL,
     kind VARCHAR NOT NULL,
     code BIGINT
+);
+
+-- GPU-to-GPU links of one node (gpuwatch/topology.py LINKS), either or both directions (stg_topology).
+CREATE TABLE IF NOT EXISTS topology (
+    node VARCHAR NOT NULL,
+    gpu_uuid VARCHAR NOT NULL,
+    peer_gpu_uuid VARCHAR NOT NULL,
+    link VARCHAR NOT NULL,
+    nvlinks INTEGER
+);
+
+-- GPU compute processes and their pod (model.BUNDLE_COLUMNS["processes"]): in_pod 1 = in pod_uid's cgroup,
+-- 0 = in no pod's cgroup, NULL = cgroup unreadable.
+CREATE TABLE IF NOT EXISTS processes (
+    ts TIMESTAMP NOT NULL,
+    node VARCHAR NOT NULL,
+    gpu_uuid VARCHAR NOT NULL,
+    mig_gi_id INTEGER,
+    pid BIGINT NOT NULL,
+    pod_uid VARCHAR,
+    in_pod INTEGER,
+    fb_used_bytes DOUBLE
 );
 
 -- Reference list prices (gpuwatch/store/list_prices.csv, dated), copied in by `ingest --prices list`:

@@ -362,7 +362,9 @@ clean AS (
     SELECT ts, trim(namespace) AS namespace, trim(pod) AS pod, nullif(trim(container), '') AS container,
            nullif(trim(phase), '') AS phase, restarts,
            nullif(trim(last_terminated_reason), '') AS last_terminated_reason, last_exit_code,
-           nullif(trim(waiting_reason), '') AS waiting_reason, nullif(trim(job), '') AS job, gpu_request
+           nullif(trim(waiting_reason), '') AS waiting_reason, nullif(trim(job), '') AS job, gpu_request,
+           created_ts, scheduled_ts, unschedulable, nullif(trim(gpu_resource), '') AS gpu_resource,
+           nullif(trim(node_selector), '') AS node_selector
     FROM raw
 )
 SELECT *, lead(ts) OVER (PARTITION BY namespace, pod, container ORDER BY ts) AS until_ts FROM clean;
@@ -370,3 +372,33 @@ SELECT *, lead(ts) OVER (PARTITION BY namespace, pod, container ORDER BY ts) AS 
 -- GPU health events (model.HEALTH_KINDS), one row per event.
 CREATE OR REPLACE VIEW stg_health AS
 SELECT DISTINCT ts, trim(node) AS node, trim(gpu_uuid) AS gpu_uuid, lower(trim(kind)) AS kind, code FROM health;
+
+-- GPU-to-GPU links (model.BUNDLE_COLUMNS["topology"], gpuwatch/topology.py): both directions of every pair,
+-- link upper-cased with its rank (ref_links, written from gpuwatch/topology.py: 0 NV .. 5 SYS); where the two directions disagree the better link is kept
+-- (a placement penalty is never overestimated). Pairs absent here are unknown, never guessed.
+CREATE OR REPLACE VIEW stg_topology AS
+WITH raw AS (
+    SELECT trim(node) AS node, trim(gpu_uuid) AS gpu_uuid, trim(peer_gpu_uuid) AS peer_gpu_uuid,
+           upper(trim(link)) AS link, nvlinks
+    FROM topology WHERE trim(gpu_uuid) <> trim(peer_gpu_uuid)
+),
+both_ways AS (
+    SELECT node, gpu_uuid, peer_gpu_uuid, link, nvlinks FROM raw
+    UNION ALL
+    SELECT node, peer_gpu_uuid, gpu_uuid, link, nvlinks FROM raw
+),
+ranked AS (
+    SELECT b.*, r.link_rank FROM both_ways b JOIN ref_links r USING (link)
+)
+SELECT DISTINCT ON (node, gpu_uuid, peer_gpu_uuid) node, gpu_uuid, peer_gpu_uuid, link, nvlinks, link_rank
+FROM ranked
+ORDER BY node, gpu_uuid, peer_gpu_uuid, link_rank, nvlinks DESC NULLS LAST;
+
+-- GPU compute processes (model.BUNDLE_COLUMNS["processes"]): names trimmed, empty pod_uid NULL, one row per
+-- (ts, device, pid).
+CREATE OR REPLACE VIEW stg_processes AS
+SELECT DISTINCT ON (ts, node, gpu_uuid, mig_gi_id, pid)
+       ts, trim(node) AS node, trim(gpu_uuid) AS gpu_uuid, mig_gi_id, pid, nullif(trim(pod_uid), '') AS pod_uid,
+       in_pod, fb_used_bytes
+FROM processes
+ORDER BY ts, node, gpu_uuid, mig_gi_id, pid, fb_used_bytes DESC NULLS LAST;

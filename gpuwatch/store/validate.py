@@ -23,24 +23,31 @@ REQUIRED = {
     "nodes": ("node",),
     "pod_status": ("ts", "namespace", "pod"),
     "health": ("ts", "node", "gpu_uuid", "kind"),
+    "topology": ("node", "gpu_uuid", "peer_gpu_uuid", "link"),
+    "processes": ("ts", "node", "gpu_uuid", "pid"),
 }
-TIMESTAMPS = {"samples": ("ts",), "pods": ("start_ts", "end_ts"), "pod_status": ("ts",), "health": ("ts",)}
+TIMESTAMPS = {"samples": ("ts",), "pods": ("start_ts", "end_ts"), "pod_status": ("ts", "created_ts", "scheduled_ts"),
+              "health": ("ts",), "processes": ("ts",)}
 INTEGERS = {
     "devices": ("gpu_index", "fb_total_bytes", "mig_gi_id", "mig_profile_id", "mig_placement_start",
-                "mig_placement_size"),
+                "mig_placement_size", "numa_node"),
     "samples": ("mig_gi_id",),
-    "pod_status": ("restarts", "last_exit_code"),
+    "pod_status": ("restarts", "last_exit_code", "unschedulable"),
     "health": ("code",),
+    "topology": ("nvlinks",),
+    "processes": ("mig_gi_id", "pid", "in_pod"),
 }
 FLOATS = {
     "samples": BUNDLE_COLUMNS["samples"][7:],
     "pods": ("gpu_count",),
     "prices": ("usd_per_gpu_hour",),
     "pod_status": ("gpu_request",),
+    "processes": ("fb_used_bytes",),
 }
 # Counts, sizes and prices: a negative value is a broken bundle, not a reading to drop.
 NON_NEGATIVE = {"devices": INTEGERS["devices"], "pods": ("gpu_count",), "prices": ("usd_per_gpu_hour",),
-                "samples": ("mig_gi_id",), "pod_status": ("restarts", "gpu_request"), "health": ("code",)}
+                "samples": ("mig_gi_id",), "pod_status": ("restarts", "gpu_request", "unschedulable"), "health": ("code",),
+                "topology": ("nvlinks",), "processes": ("mig_gi_id", "pid", "in_pod", "fb_used_bytes")}
 # Timestamps from 2000-01-01 to one day after now: milliseconds, seconds in a .prom file, a typo'd
 # year or a far-future outlier fall outside and are refused (one of them would move every window).
 EARLIEST_EPOCH = 946_684_800.0  # 2000-01-01T00:00:00Z
@@ -53,7 +60,9 @@ RATIO_LIMITS = {"gpu_util": 1.05, "gr_engine_active": 1.05, "sm_occupancy": 1.05
 MIG_SM_ACTIVE_LIMIT = 1.5
 # Upper bounds that no real value reaches: a price or a GPU count above them is a unit slip or a
 # typo (and 1e20 would make cent rounding meaningless). Non-finite values are refused too.
-UPPER_BOUNDS = {("prices", "usd_per_gpu_hour"): 1000.0, ("pods", "gpu_count"): 4096.0}
+UPPER_BOUNDS = {("prices", "usd_per_gpu_hour"): 1000.0, ("pods", "gpu_count"): 4096.0,
+                ("pod_status", "unschedulable"): 1.0, ("topology", "nvlinks"): 64.0,
+                ("processes", "in_pod"): 1.0}
 BOUND_MESSAGE = "{raw} is not a plausible value (finite, at most {bound:g})"
 RATIO_MESSAGE = "{raw} is above 1: ratio columns hold 0-1 (a percent must be converted by its reader)"
 TS_MESSAGE = "bad timestamp {raw}: outside 2000-01-01 .. now + 1 day (epoch seconds expected; milliseconds?)"
