@@ -77,6 +77,13 @@ FIELDS: tuple[Field, ...] = (
           name49="DCGM_FI_DEV_SM_CLOCK_HERTZ", unit49="Hz"),
     Field(101, "DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", unit="MHz",
           name49="DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", unit49="Hz"),
+    # Inputs, not served by default (``type`` None; a counters file row serves them): dcgm-exporter's
+    # etc/default-counters.csv (4.5.3-4.8.2) lists no clock-event bitmask at all and ships the ECC
+    # totals commented out, so serving them would break the default set's compatibility.
+    # NVML's clock event (throttle) reasons, bitmask of DCGM_CLOCKS_EVENT_REASON_* (the bits are NVML's);
+    # DCGM_FI_DEV_CLOCK_THROTTLE_REASONS is DCGM's older name for the same id.
+    # DCGM < 4.6 named it DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (dcgm-exporter's counters files still do)
+    Field(112, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", old_name="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
     Field(140, "DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", unit="C",
           name49="DCGM_FI_DEV_MEMORY_TEMP_CELSIUS"),
     Field(150, "DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", unit="C",
@@ -104,8 +111,10 @@ FIELDS: tuple[Field, ...] = (
           column="fb_used_bytes", old_name="dcgm_fb_used", name49="DCGM_FI_DEV_FB_USED_BYTES", unit49="B"),
     Field(253, "DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB).", unit="MiB",
           device_column=True, name49="DCGM_FI_DEV_FB_RESERVED_BYTES", unit49="B"),
-    # read by ingest (health events) where a counters file enables it; commented out in dcgm-exporter's default set
+    # Double-bit (uncorrectable) ECC errors since driver load / over the GPU's life (inputs: ingest reads
+    # health events from them where a counters file serves them; commented out in dcgm-exporter's default set)
     Field(311, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
+    Field(313, "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"),
     Field(449, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter",
           "Total number of NVLink bandwidth counters for all lanes.", unit="MB/s",
           name49="DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND", unit49="B/s"),
@@ -141,6 +150,8 @@ FIELDS: tuple[Field, ...] = (
 )
 BY_ID: dict[int, Field] = {f.id: f for f in FIELDS}
 BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
+# The default served set: dcgm-exporter's default counters plus SM_ACTIVE, SM_OCCUPANCY, NVLINK_TX/RX.
+# Rows with type None (driver/CUDA version, name, FB total, clock events, ECC totals) are read, not served.
 SERIES: tuple[Field, ...] = tuple(f for f in FIELDS if f.type is not None)
 
 

@@ -221,6 +221,16 @@ def test_exporter_args_are_accepted_by_gpuwatch_export():
         assert parsed.kubernetes_enable_pod_uid is meta.get("enablePodUID", False)
         assert parsed.kubernetes_enable_pod_labels is meta.get("enablePodLabels", False)
         assert parsed.kubernetes_pod_label_allowlist_regex == (",".join(meta.get("podLabelAllowlistRegex", [])) or None)
+        assert parsed.proc_root == ("/host/proc" if exporter.get("processOwners") else None)
+
+
+def test_process_owners_mount_the_hosts_proc_read_only_and_only_when_on():
+    off = exporter_pod()
+    assert not [v for v in off["volumes"] if v["name"] == "host-proc"]
+    on = exporter_pod({"exporter": {"processOwners": True}})
+    assert next(v for v in on["volumes"] if v["name"] == "host-proc")["hostPath"] == {"path": "/proc", "type": "Directory"}
+    mount = next(m for m in container(on, "exporter")["volumeMounts"] if m["name"] == "host-proc")
+    assert mount == {"name": "host-proc", "mountPath": "/host/proc", "readOnly": True}
 
 
 def test_pod_metadata_gets_a_list_only_cluster_role_and_the_token_only_when_on():

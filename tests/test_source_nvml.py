@@ -5,7 +5,9 @@ and — on a machine with a GPU (``@pytest.mark.gpu``) — ``gpuwatch export --s
 Also: every default dcgm-exporter field NVML can give arrives in DCGM's unit and arithmetic; each one
 the GPU lacks (NOT_SUPPORTED, NO_PERMISSION, any NVMLError) is absent while the rest stay; MIG
 instances repeat GPU-level fields and carry their own FB; PROVIDED_FIELD_IDS is exactly what a
-fully capable device reports.
+fully capable device reports. Failure signals (issue 15): the clock event reasons bitmask as DCGM's
+field 112 (older drivers' throttle call as the fallback), double-bit ECC totals only while ECC mode is
+on, and compute processes with their MIG instance attached to the device they run on.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import urllib.request
 
 import pytest
 
+from gpuwatch.exporter import exp
 from gpuwatch.fields import BY_ID, fid
 from gpuwatch.sources import SourceOptions, nvml
 from gpuwatch.units import MIB
@@ -39,10 +42,17 @@ def open_fake(name: str | dict, **changes):
 NEW = {name: fid(name) for name in (
     "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL",
     "DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
-    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE")}
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL")}
+CLOCKS, DBE_VOL, DBE_AGG = NEW["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"], NEW["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"], NEW[
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"]
 # The h100 capture's GPU with every optional NVML answer: reserved = total - used - free (478 MiB, as
-# memory info v2 reports it), NVLink all-link data counters in KiB at NVML's µs timestamps.
-GPU_LEVEL = {"pcie_replay": 3, "encoder_util": 12, "decoder_util": 30,
+# memory info v2 reports it), NVLink all-link data counters in KiB at NVML's µs timestamps. ECC mode
+# Enabled/Enabled as in the capture (its counts are 0; here 2 volatile and 5 lifetime double-bit errors);
+# clock events SW power cap + HW thermal (0x44: the capture shows 0x0 under load and 0x1 = idle).
+GPU_LEVEL = {"pcie_replay": 3, "encoder_util": 12, "decoder_util": 30, "clocks_event_reasons": 0x44,
+             "ecc_mode": [1, 1], "ecc_errors": {"uncorrected": {"volatile": 2, "aggregate": 5},
+                                                "corrected": {"volatile": 40, "aggregate": 900}},
              "remapped_rows": {"correctable": 2, "uncorrectable": 1, "pending": 0, "failure": 0},
              "grid_licensing": {"supported": 0, "features": []},
              "field_values": {"82": 48, "138": 1_000_000, "139": 2_000_000},
@@ -188,6 +198,8 @@ def test_default_dcgm_fields_in_dcgm_units():
     assert v[449] == 25_000                                         # 50e6 KiB / 2 s / 1000, as DCGM
     assert (v[393], v[394], v[395]) == (1, 2, 0)                    # uncorrectable, correctable, failure
     assert v[526] == 0, "no grid licensing (bare metal): DCGM publishes 0"
+    assert v[112] == 0x44 and exp.clock_events(v[112]) == ["power_cap", "hw_thermal"]  # the bitmask, as DCGM
+    assert (v[311], v[313]) == (2, 5), "uncorrected (double-bit) volatile and aggregate, not the corrected"
 
 
 def test_provided_field_ids_are_what_a_fully_capable_device_reports():
@@ -206,7 +218,8 @@ def test_a_gpu_without_the_optional_calls_keeps_its_other_fields():
 
 @pytest.mark.parametrize(("key", "gone"), [
     ("pcie_replay", {202}), ("encoder_util", {206}), ("decoder_util", {207}), ("grid_licensing", {526}),
-    ("remapped_rows", {393, 394, 395}), ("field_values", {140, 449})])
+    ("remapped_rows", {393, 394, 395}), ("field_values", {140, 449}), ("clocks_event_reasons", {112}),
+    ("ecc_mode", {311, 313}), ("ecc_errors", {311, 313})])
 def test_each_unsupported_field_is_absent_alone(key, gone):
     data = capable()
     del data["gpus"][0][key]
@@ -223,7 +236,8 @@ def test_each_unsupported_field_is_absent_alone(key, gone):
 def test_per_field_nvml_errors_leave_only_that_field_absent(error):
     calls = {"nvmlDeviceGetPcieReplayCounter": {202}, "nvmlDeviceGetEncoderUtilization": {206},
              "nvmlDeviceGetRemappedRows": {393, 394, 395}, "nvmlDeviceGetGridLicensableFeatures": {526},
-             "nvmlDeviceGetFieldValues": {140, 449}}
+             "nvmlDeviceGetFieldValues": {140, 449}, "nvmlDeviceGetCurrentClocksEventReasons": {112},
+             "nvmlDeviceGetEccMode": {311, 313}}
     fake, source = open_fake(capable(errors=dict.fromkeys(calls, error)))
     snap = read_twice(fake, source)
     assert snap.problems == () and snap.lost == ()
@@ -288,7 +302,8 @@ def test_mig_instances_repeat_gpu_level_fields_and_own_their_fb():
     fake, source = open_fake(data)
     snap = read_twice(fake, source)
     assert [r.device.mig_gi_id for r in snap.readings] == [2, 3, 9, 10]
-    gpu_level = {140: 48, 202: 3, 206: 12, 207: 30, 393: 1, 394: 2, 395: 0, 449: 25_000, 526: 0}
+    gpu_level = {140: 48, 202: 3, 206: 12, 207: 30, 393: 1, 394: 2, 395: 0, 449: 25_000, 526: 0, 112: 0x44,
+                 311: 2, 313: 5}
     for r in snap.readings:
         assert {k: r.values.get(k) for k in gpu_level} == gpu_level, r.device.mig_gi_id
         assert 203 not in r.values
@@ -309,3 +324,94 @@ def test_parse_is_pure_on_a_payload_with_every_field():
 
 def test_scenarios_are_not_mutated_between_tests():
     assert copy.deepcopy(scenario("h100")) == scenario("h100")
+
+
+def _refuse(name: str):
+    return lambda *a: pytest.fail(f"{name} must not be called here")
+
+
+@pytest.mark.parametrize("mode", [[0, 0], [0, 1]])  # off; off until the next reboot (pending on)
+def test_ecc_off_leaves_the_ecc_fields_out_without_asking_for_counts(mode):
+    fake, source = open_fake(capable(ecc_mode=mode))
+    fake.nvmlDeviceGetTotalEccErrors = _refuse("nvmlDeviceGetTotalEccErrors")  # counts are meaningless then
+    v = source.read(0).readings[0].values
+    assert not {311, 313} & set(v) and v[112] == 0x44 and v[252] == 19818
+
+
+def test_a_gpu_without_ecc_has_no_ecc_fields_never_zero():
+    data = capable()
+    del data["gpus"][0]["ecc_mode"]  # GeForce: "ECC Mode Current: N/A" in the real RTX captures
+    v = open_fake(data)[1].read(0).readings[0].values
+    assert 311 not in v and 313 not in v
+
+
+def test_zero_ecc_errors_are_zero_and_each_counter_stands_alone():
+    # the real H100 capture: ECC enabled, uncorrectable volatile 0; here the aggregate counter is not answered
+    v = open_fake(capable(ecc_errors={"uncorrected": {"volatile": 0}}))[1].read(0).readings[0].values
+    assert v[311] == 0 and 313 not in v
+
+
+def test_clock_events_fall_back_to_the_throttle_call_on_older_drivers():
+    data = capable(errors={"nvmlDeviceGetCurrentClocksEventReasons": "NVML_ERROR_FUNCTION_NOT_FOUND"},
+                   clocks_event_reasons=0x1)  # pre-R535 libnvidia-ml: only the throttle symbol exists
+    assert open_fake(data)[1].read(0).readings[0].values[112] == 0x1
+    fake, source = open_fake(capable(clocks_event_reasons=0x4))
+    fake.nvmlDeviceGetCurrentClocksEventReasons = None  # an nvidia-ml-py from before the rename
+    assert source.read(0).readings[0].values[112] == 0x4
+
+
+def test_clock_events_unsupported_is_absent_and_not_retried_under_the_old_name():
+    fake, source = open_fake(capable(errors={"nvmlDeviceGetCurrentClocksEventReasons": "NVML_ERROR_NOT_SUPPORTED"}))
+    fake.nvmlDeviceGetCurrentClocksThrottleReasons = _refuse("the older call")
+    assert 112 not in source.read(0).readings[0].values
+
+
+def test_clock_events_idle_bit_and_no_reason_are_values_not_gaps():
+    for mask in (0x0, 0x1):  # the H100 capture under load and idle
+        v = open_fake(capable(clocks_event_reasons=mask))[1].read(0).readings[0].values
+        assert v[112] == mask
+
+
+def test_a_gpu_lost_while_reading_ecc_is_reported_lost():
+    _, source = open_fake(capable(errors={"nvmlDeviceGetEccMode": "NVML_ERROR_GPU_IS_LOST"}))
+    snap = source.read(0)
+    assert snap.readings == () and snap.lost == (scenario("h100")["gpus"][0]["uuid"],)
+
+
+# The real H100 MIG capture's load phase: nvidia-smi lists GPU 0, GI 2, CI 0, pids 21180 (2296 MiB),
+# 21181 (1272 MiB), 21198 (7484 MiB).
+MIG_PROCESSES = [{"pid": 21180, "used_memory": 2296 * MIB, "gi_id": 2, "ci_id": 0},
+                 {"pid": 21181, "used_memory": 1272 * MIB, "gi_id": 2, "ci_id": 0},
+                 {"pid": 21198, "used_memory": 7484 * MIB, "gi_id": 2, "ci_id": 0}]
+
+
+def test_mig_processes_carry_their_instance_and_land_on_its_reading():
+    data = scenario("h100-mig")
+    data["gpus"][0]["processes"] = copy.deepcopy(MIG_PROCESSES)
+    fake, source = open_fake(data)
+    raw = nvml.read(fake, nvml.ReadState())
+    assert [(p["pid"], p["gpu_instance_id"], p["compute_instance_id"], p["used_memory"]) for p in
+            raw["gpus"][0]["processes"]] == [(p["pid"], 2, 0, p["used_memory"]) for p in MIG_PROCESSES]
+    by_gi = {r.device.mig_gi_id: r for r in source.read(0).readings}
+    assert {p.pid: p.values[252] for p in by_gi[2].processes} == {21180: 2296, 21181: 1272, 21198: 7484}
+    assert all(by_gi[gi].processes == () for gi in (3, 9, 10))
+
+
+def test_whole_gpu_processes_have_no_instance_and_unknown_memory_stays_unknown():
+    data = scenario("h100")
+    data["gpus"][0]["processes"][0]["used_memory"] = None  # NVML_VALUE_NOT_AVAILABLE
+    fake, source = open_fake(data)
+    procs = nvml.read(fake, nvml.ReadState())["gpus"][0]["processes"]
+    assert {(p["gpu_instance_id"], p["compute_instance_id"]) for p in procs} == {(None, None)}
+    assert procs[0]["used_memory"] is None
+    by_pid = {p.pid: p.values for p in source.read(0).readings[0].processes}
+    assert 252 not in by_pid[11327] and by_pid[11328][252] == 1542
+
+
+def test_processes_not_listable_leave_the_readings_alone():
+    data = scenario("h100-mig")
+    data["gpus"][0]["processes"] = copy.deepcopy(MIG_PROCESSES)
+    data["gpus"][0]["errors"] = {"nvmlDeviceGetComputeRunningProcesses": "NVML_ERROR_NO_PERMISSION"}
+    snap = open_fake(data)[1].read(0)
+    assert snap.problems == () and [r.processes for r in snap.readings] == [()] * 4
+    assert {r.values[250] for r in snap.readings if r.device.mig_gi_id == 3} == {20096}

@@ -18,14 +18,18 @@ from gpuwatch.attribution import Attribution, attribute_with_unknown
 from gpuwatch.exporter.exp import ExpFamily, ExpMetrics
 from gpuwatch.exporter.exposition import render
 from gpuwatch.exporter.families import Options, Status, build
+from gpuwatch.exporter.topology import TopologyView, view
 from gpuwatch.model import Allocation
 from gpuwatch.sources import Snapshot, Source
 from gpuwatch.sources.kube_pods import PodMeta
-from gpuwatch.sources.simulate import SimulatedSource, allocations_at
+from gpuwatch.sources.node_topology import NodeTopology, unknown
+from gpuwatch.sources.simulate import SimulatedSource, allocatable_at, allocations_at
 
 log = logging.getLogger(__name__)
 AllocationReader = Callable[[], Sequence[Allocation]]
 PodReader = Callable[[], Mapping[tuple[str, str], PodMeta]]
+TopologyReader = Callable[[], NodeTopology]
+AllocatableReader = Callable[[], Mapping[str, Mapping[str, tuple[int, ...]]]]  # resource -> device id -> NUMA
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,8 @@ class State:
     listed_last: Mapping[str, Allocation] = field(default_factory=dict)  # device key -> kubelet's last
     exp: tuple[ExpFamily, ...] = ()  # DCGM_EXP_* families as of this refresh
     pods: Mapping[tuple[str, str], PodMeta] = field(default_factory=dict)  # pod UID/labels (Kubernetes API)
+    topology: TopologyView | None = None  # the node's GPU topology and free GPUs (None: not read)
+    owners: Mapping[int, object] | None = None  # host PID -> its pod (None: processes not resolved)
 
 
 class ExporterCollector:
@@ -44,12 +50,17 @@ class ExporterCollector:
 
     ``clock`` gives "now" for the source and the cache; readings are refreshed at most once per
     ``interval_s`` however often Prometheus (or a probe) asks, so 50 scrapes/s cost one read/s.
+    ``topology`` reads the node's GPU topology: at the first read and again whenever the set of
+    devices changes (it is static); ``allocatable`` the kubelet's allocatable devices, each refresh,
+    for the free GPUs (allocatable minus the allocations just listed).
     """
 
     def __init__(self, source: Source, *, allocations: AllocationReader | None = None,
                  clock: Callable[[], float] = time.time, interval_s: float = 1.0,
                  options: Options | None = None, timer: Callable[[], float] = time.perf_counter,
-                 exp: ExpMetrics | None = None, pods: PodReader | None = None):
+                 exp: ExpMetrics | None = None, pods: PodReader | None = None,
+                 topology: TopologyReader | None = None, allocatable: AllocatableReader | None = None,
+                 owner: Callable[[int], object] | None = None):
         self.source, self._allocations, self._clock = source, allocations, clock
         self._interval, self.options, self._timer = interval_s, options or Options(), timer
         self._exp = exp  # windowed DCGM_EXP_* counts, fed every refresh (a counters file asked for them)
@@ -57,6 +68,10 @@ class ExporterCollector:
         self._lock = threading.Lock()
         self._state: State | None = None
         self._seen: dict[str, str] = {}  # every GPU UUID seen since start -> its hostname
+        self._topology_reader, self._allocatable = topology, allocatable
+        self._topology: tuple[frozenset[str], NodeTopology] | None = None  # (device keys read for, answer)
+        self._allocatable_error: str | None = None
+        self._owner = owner  # host PID -> its pod (cgroup_pods.resolve_pid with --proc-root), or None
 
     def describe(self) -> list:
         return []  # registering must not trigger a read
@@ -64,7 +79,8 @@ class ExporterCollector:
     def collect(self) -> list:
         state = self.refresh()
         return build(state.snapshot, state.attributed, state.status, options=self.options,
-                     listed_last=state.listed_last, exp=state.exp, pods=state.pods)
+                     listed_last=state.listed_last, exp=state.exp, pods=state.pods, topology=state.topology,
+                     owners=state.owners)
 
     def refresh(self) -> State:
         """The cached state, re-read when older than the interval (one reader at a time)."""
@@ -94,6 +110,8 @@ class ExporterCollector:
         if st.attribution_reason:
             lines.append(f"attribution failing ({st.attribution_reason}): {st.attribution_error}; "
                          "serving metrics without pod labels")
+        if st.topology_ok is False:
+            lines.append(f"{st.topology_error}; serving no GPU link series")
         return True, "\n".join(lines) + "\n"
 
     def _read(self, now: float) -> State:
@@ -107,14 +125,70 @@ class ExporterCollector:
         source_seconds = self._timer() - started
         result, kubelet = self._attribute(snapshot)
         pods, kubernetes = self._pod_meta()
+        topology, topology_status = self._topology_view(snapshot, result, kubelet.get("kubelet_ok"))
         status = Status(source=self.source.name, source_ok=snapshot is not None, source_seconds=source_seconds,
-                        source_error=error, lost=self._lost(snapshot), **kubelet, **kubernetes)
+                        source_error=error, lost=self._lost(snapshot), **kubelet, **kubernetes, **topology_status)
         exp: tuple[ExpFamily, ...] = ()
         if self._exp is not None and snapshot is not None:
             self._exp.update(now, snapshot.readings)
             exp = tuple(self._exp.samples())
         return State(read_at=now, snapshot=snapshot, attributed=result.by_device, status=status,
-                     listed_last=result.last, exp=exp, pods=pods)
+                     listed_last=result.last, exp=exp, pods=pods, topology=topology, owners=self._owners(snapshot))
+
+    def _owners(self, snapshot: Snapshot | None) -> Mapping[int, object] | None:
+        """Each compute process's pod from its cgroup, once per refresh (None: not resolving)."""
+        if self._owner is None or snapshot is None:
+            return None
+        owners: dict[int, object] = {}
+        for pid in sorted({p.pid for r in snapshot.readings for p in r.processes}):
+            try:
+                owners[pid] = self._owner(pid)
+            except Exception as exc:  # a resolver bug must not fail the scrape: that PID is unknown
+                log.warning("process %d: owner unknown: %s", pid, exc)
+        return owners
+
+    def _topology_view(self, snapshot: Snapshot | None, result: Attribution,
+                       kubelet_ok: bool | None) -> tuple[TopologyView | None, dict]:
+        """The topology view and its status fields; the free set only when the kubelet's List answered."""
+        if self._topology_reader is None and self._allocatable is None:
+            return None, {}
+        node_topology = self._node_topology(snapshot)
+        allocations = None
+        if kubelet_ok:
+            allocations = [a for found in result.by_device.values() for a in found] + list(result.unknown)
+        allocatable = self._read_allocatable() if allocations is not None and self._allocatable else None
+        status = {} if node_topology is None else {"topology_ok": node_topology.ok, "topology_error": node_topology.error}
+        return view(node_topology, allocatable, allocations), status
+
+    def _node_topology(self, snapshot: Snapshot | None) -> NodeTopology | None:
+        """The driver's topology, read again only when the set of devices changed (a reader that
+        raises is retried next refresh; its answer "unknown" is kept like any other)."""
+        if self._topology_reader is None:
+            return None
+        if snapshot is None:  # source down: nothing to label; keep what was known
+            return self._topology[1] if self._topology else None
+        devices = frozenset(r.device.key for r in snapshot.readings)
+        if self._topology is None or self._topology[0] != devices:
+            try:
+                self._topology = (devices, self._topology_reader())
+            except Exception as exc:  # a reader bug or a driver gone mid-read must not fail the scrape
+                log.warning("topology read failed: %s: %s", type(exc).__name__, exc)
+                self._topology = None
+                return unknown(f"topology unknown: {type(exc).__name__}: {exc}")
+            log.info("topology read for %d devices: %s", len(devices), self._topology[1].error or "ok")
+        return self._topology[1]
+
+    def _read_allocatable(self):
+        """The kubelet's allocatable devices, or None (free GPUs unknown) when it cannot say."""
+        try:
+            allocatable = self._allocatable()
+        except Exception as exc:  # KubeletError: an old kubelet (GetAllocatableResources is 1.23+), a hiccup
+            if str(exc) != self._allocatable_error:
+                log.warning("free GPUs unknown: kubelet GetAllocatableResources failed: %s", exc)
+            self._allocatable_error = str(exc)
+            return None
+        self._allocatable_error = None
+        return allocatable
 
     def _pod_meta(self) -> tuple[Mapping, dict]:
         """Pod UID/labels and how reading them went; a failure drops them from series, nothing else."""
@@ -163,15 +237,19 @@ class ExporterCollector:
 def families_at(fleet, t: float, *, node: str | None = None, options: Options | None = None,
                 timestamp: float | None = None) -> list:
     """The families the exporter serves for the simulated ``fleet`` at time ``t`` (no clock, no
-    sockets): the simulate source's reading plus the kubelet's allocations at ``t``, attributed."""
+    sockets): the simulate source's reading plus the kubelet's allocations at ``t``, attributed, and
+    the fleet's topology with the kubelet's free GPUs at ``t``."""
 
     source = SimulatedSource(fleet, node=node)
     snapshot = source.read(t)
     allocations = allocations_at(fleet, source.fleet_time(t), node=node)
     result = attribute_with_unknown([r.device for r in snapshot.readings], allocations)
-    status = Status(source="simulate", source_ok=True, source_seconds=0.0, kubelet_ok=True)
+    node_topology = source.topology()
+    status = Status(source="simulate", source_ok=True, source_seconds=0.0, kubelet_ok=True,
+                    topology_ok=node_topology.ok, topology_error=node_topology.error)
+    topology = view(node_topology, allocatable_at(fleet, node=node), allocations)
     return build(snapshot, result.by_device, status, options=options or Options(), timestamp=timestamp,
-                 listed_last=result.last)
+                 listed_last=result.last, topology=topology)
 
 
 def render_at(fleet, t: float, *, node: str | None = None, options: Options | None = None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import logging
 import os
 import signal
@@ -21,10 +22,14 @@ from gpuwatch.sources import (
     SOURCES,
     NoSourceError,
     SourceOptions,
+    cgroup_pods,
     dcgm,
+    dcgm_topology,
     kube_pods,
     kubelet,
     kubelet_simulated,
+    nvml_parse,
+    nvml_topology,
     open_source,
 )
 
@@ -64,7 +69,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--no-profiling", action="store_true", help="do not read or serve DCGM_FI_PROF_* fields")
     a("-f", "--collectors", default=None, metavar="FILE",
       help="dcgm-exporter counters CSV (NAME, TYPE, HELP per line): serve exactly these DCGM fields (any field "
-           "by name or id, TYPE and HELP from the file) and the DCGM_EXP_* rows gpuwatch computes; needs --source dcgm")
+           "by name or id, TYPE and HELP from the file) and the DCGM_EXP_* rows gpuwatch computes; with --source nvml "
+           "only the fields NVML provides (README metrics table)")
+    a("--proc-root", default=None, metavar="PATH",
+      help="the host's /proc (mounted read-only, e.g. /host/proc): resolve each GPU compute process's pod from "
+           "its cgroup and serve gpuwatch_process_memory_bytes (nvml source; NVML reports host PIDs). Default: off")
     a("--xid-count-window-size", type=int, default=300000, metavar="MS",
       help="DCGM_EXP_XID_ERRORS_COUNT window in milliseconds (default: %(default)s)")
     a("--clock-events-count-window-size", type=int, default=300000, metavar="MS",
@@ -87,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         raise units.UsageError("--simulate-kubelet needs --source simulate")
     node = args.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
     rows = _counters(args)
+    owner = _owner(args)
     options = SourceOptions(node=node, interval_s=args.interval, profiling=not args.no_profiling,
                             extra_field_ids=counters.field_ids(rows) if rows else (),
                             dcgm_bindings=args.dcgm_bindings, dcgm_host=args.dcgm_host,
@@ -98,13 +108,14 @@ def run(args: argparse.Namespace) -> int:
         raise units.UsageError(str(exc)) from None
     stack: list = [source.close]
     try:
-        allocations = _attribution(args, source, stack)
+        allocations, allocatable = _attribution(args, source, stack)
         served = compat.options(args.compat, hostname_label=args.hostname_label,
                                 virtual_gpus=args.kubernetes_virtual_gpus, profiling=not args.no_profiling)
         collector = ExporterCollector(source, allocations=allocations, interval_s=args.interval,
                                       options=dataclasses.replace(served, counters=rows,
                                                                   pod_uid=args.kubernetes_enable_pod_uid),
-                                      exp=_exp(args, rows), pods=_pod_metadata(args, node))
+                                      exp=_exp(args, rows), pods=_pod_metadata(args, node),
+                                      topology=_topology(source), allocatable=allocatable, owner=owner)
         try:
             server = serve(collector, args.listen)
         except OSError as exc:  # port in use, address not here: one line naming the flag (exit 1)
@@ -122,14 +133,27 @@ def _counters(args: argparse.Namespace) -> tuple | None:
     """The counters file's rows (``-f``), names resolved through DCGM's bindings; None without one."""
     if args.collectors is None:
         return None
+    if args.source == "nvml":  # names through gpuwatch's own field table; only what NVML provides
+        rows = counters.read_counters(args.collectors, counters.gpuwatch_fields())
+        counters.check_provided(rows, nvml_parse.PROVIDED_FIELD_IDS, path=args.collectors, source="nvml")
+        return rows
     if args.source not in ("dcgm", "auto"):
-        raise units.UsageError(f"--collectors needs --source dcgm (DCGM field names and ids), not {args.source}")
+        raise units.UsageError(f"--collectors needs --source dcgm or nvml (DCGM field names and ids), not {args.source}")
     try:
         bindings = dcgm.load_bindings(args.dcgm_bindings)
     except ImportError as exc:
         raise units.UsageError(f"--collectors {args.collectors}: {exc}") from None
     args.source = "dcgm"
     return counters.read_counters(args.collectors, bindings.dcgm_fields)
+
+
+def _owner(args: argparse.Namespace):
+    """``--proc-root``: each compute process's pod from its cgroup (sources/cgroup_pods.py), or None."""
+    if args.proc_root is None:
+        return None
+    if not os.path.isdir(args.proc_root):
+        raise units.UsageError(f"--proc-root {args.proc_root}: not a directory (mount the host's /proc read-only)")
+    return functools.partial(cgroup_pods.resolve_pid, proc_root=args.proc_root)
 
 
 def _pod_metadata(args: argparse.Namespace, node: str):
@@ -168,23 +192,36 @@ def _check_flags(args: argparse.Namespace) -> None:
             raise units.UsageError(f"--{flag.replace('_', '-')}: {getattr(args, flag)} must be a positive number of ms")
 
 
+def _topology(source):
+    """The reader of the node's GPU topology for the source in use (docs/architecture.md#topology)."""
+    if source.name == "nvml":
+        return lambda: nvml_topology.read_topology(source.nvml)
+    if source.name == "dcgm":
+        return lambda: dcgm_topology.read_source(source)
+    return getattr(source, "topology", None)  # simulate: the fleet's layouts
+
+
 def _attribution(args: argparse.Namespace, source, stack: list):
-    """The allocations reader: the kubelet socket (or a fake kubelet for the simulated fleet)."""
+    """The allocations and allocatable-devices readers: the kubelet socket (or a fake kubelet for the
+    simulated fleet); (None, None) without a socket."""
 
     socket_path = args.kubelet_socket
     if args.simulate_kubelet:
         tmp = tempfile.mkdtemp(prefix="gpuwatch-kubelet-")
         socket_path = os.path.join(tmp, "kubelet.sock")
         fake = kubelet_simulated.serve(socket_path, pods=lambda: kubelet_simulated.pods_from_fleet(source.fleet, node=source.node,
-                                                               t=source.fleet_time(time.time())))
+                                                               t=source.fleet_time(time.time())),
+                                       allocatable=lambda: kubelet_simulated.allocatable_from_fleet(source.fleet,
+                                                                                                    node=source.node))
         stack.append(lambda: (fake.stop(), os.rmdir(tmp)))
         log.info("simulated kubelet serving the fleet's allocations on %s", socket_path)
     if not socket_path:
-        return None
+        return None, None
     client = kubelet.Client(socket_path)
     stack.append(client.close)
     names = (*kubelet.DEFAULT_RESOURCE_NAMES, *args.resource_name)
-    return lambda: client.list_allocations(timeout=args.kubelet_timeout, resource_names=names)
+    return (lambda: client.list_allocations(timeout=args.kubelet_timeout, resource_names=names),
+            lambda: client.get_allocatable_devices(timeout=args.kubelet_timeout, resource_names=names))
 
 
 def _wait_for_signal() -> None:

@@ -26,11 +26,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
+from gpuwatch import fields
 from gpuwatch.exporter import exp
 from gpuwatch.units import UsageError
 
 TYPES = ("gauge", "counter", "label")
-LABEL_FIELD_IDS = {1: "DCGM_FI_DRIVER_VERSION"}  # the DCGM fields gpuwatch serves as labels
+LABEL_FIELD_IDS = {1: "DCGM_FI_DRIVER_VERSION"}
+_OWN_FIELDS = "gpuwatch_dcgm_fields"  # gpuwatch_fields()' module name  # the DCGM fields gpuwatch serves as labels
 _NUMBER = re.compile(r"\d+")
 
 
@@ -63,6 +65,27 @@ def read_counters(path: str, dcgm_fields: ModuleType) -> tuple[Counter, ...]:
     if not out:
         raise UsageError(f"{path}: no counters (every line is blank or a # comment)")
     return tuple(out)
+
+
+def gpuwatch_fields() -> ModuleType:
+    """A stand-in for DCGM's ``dcgm_fields`` where DCGM is absent (the nvml source): every DCGM_FI_*
+    name gpuwatch declares (gpuwatch/fields.py, every generation's) with its field id."""
+    module = ModuleType(_OWN_FIELDS)
+    for name, known in fields.NAMES.items():
+        if name.startswith("DCGM_FI_"):
+            setattr(module, name, known.field.id)
+    for field_id, name in LABEL_FIELD_IDS.items():
+        setattr(module, name, field_id)
+    return module
+
+
+def check_provided(counters: Sequence[Counter], provided: frozenset[int], *, path: str, source: str) -> None:
+    """UsageError naming the first row whose field (or DCGM_EXP_* input) ``source`` cannot read."""
+    for c in counters:
+        needed = c.field_id if c.field_id is not None else exp.EXP[c.name].field_id
+        if needed not in provided and c.field_id not in LABEL_FIELD_IDS:
+            raise UsageError(f"{path}:{c.line}: {c.name}: the {source} source cannot read DCGM field {needed}; "
+                             "use --source dcgm, or remove the row")
 
 
 def field_ids(counters: Sequence[Counter]) -> tuple[int, ...]:
@@ -106,7 +129,9 @@ def _resolve(name: str, *, where: str, dcgm_fields: ModuleType) -> tuple[int | N
     field_id = _lookup(dcgm_fields, name)
     if field_id is None:
         hint = difflib.get_close_matches(name, constants, n=1)
-        raise UsageError(f"{where}: {name}: unknown DCGM field (not in the DCGM bindings' dcgm_fields)"
+        known = ("not a field gpuwatch reads without DCGM (gpuwatch/fields.py); use --source dcgm, or remove the row"
+                 if dcgm_fields.__name__ == _OWN_FIELDS else "not in the DCGM bindings' dcgm_fields")
+        raise UsageError(f"{where}: {name}: unknown DCGM field ({known})"
                          + (f"; did you mean {hint[0]}?" if hint else ""))
     return field_id, name
 

@@ -35,12 +35,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpuwatch import fields
 from gpuwatch.sources import DeviceReading
 
 if TYPE_CHECKING:
     from gpuwatch.exporter.counters import Counter
 
-FI_CLOCKS_EVENT_REASONS, FI_XID_ERRORS = 112, 230
+FI_CLOCKS_EVENT_REASONS = fields.fid("DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
+FI_XID_ERRORS = fields.fid("DCGM_FI_DEV_XID_ERRORS")
 DEFAULT_WINDOW_S = 300.0  # dcgm-exporter's default for both window flags (300000 ms)
 WINDOW_LABEL = "window_size_in_ms"
 

@@ -20,6 +20,7 @@ from gpuwatch.exporter.counters import Counter
 from gpuwatch.exporter.exp import ExpFamily
 from gpuwatch.exporter.metrics import METRICS, OWN_METRICS, RAW_METRICS
 from gpuwatch.exporter.own import Scrape, device_values
+from gpuwatch.exporter.topology import TopologyView
 from gpuwatch.model import Allocation, Device
 from gpuwatch.sources import DeviceReading, Snapshot
 from gpuwatch.sources.kube_pods import PodMeta
@@ -45,6 +46,8 @@ class Status:
     kubernetes_seconds: float = 0.0
     kubernetes_error: str | None = None
     lost: Mapping[str, str] = field(default_factory=dict)  # GPU UUID -> hostname
+    topology_ok: bool | None = None  # None = topology not read; False = the driver could not answer
+    topology_error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -60,14 +63,18 @@ class Options:
 def build(snapshot: Snapshot | None, attributed: Mapping[str, Sequence[Allocation]], status: Status, *,
           options: Options | None = None, timestamp: float | None = None,
           listed_last: Mapping[str, Allocation] | None = None, exp: Sequence[ExpFamily] = (),
-          pods: Mapping[tuple[str, str], PodMeta] | None = None) -> list:
+          pods: Mapping[tuple[str, str], PodMeta] | None = None, topology: TopologyView | None = None,
+          owners: Mapping[int, object] | None = None) -> list:
     """The scrape's metric families (prometheus_client ``Metric``), in METRICS order.
 
     ``attributed``: device key -> every allocation holding it; ``listed_last``: device key -> the
     allocation the kubelet listed last (attribution.Attribution.last; default: the last given);
     ``exp``: the DCGM_EXP_* families computed this refresh (exporter/exp.py), served after the DCGM ones;
     ``pods``: (namespace, pod) -> UID and labels from the Kubernetes API (sources/kube_pods.py), added
-    to attributed series after their own labels (``pod_uid`` only with ``options.pod_uid``)."""
+    to attributed series after their own labels (``pod_uid`` only with ``options.pod_uid``);
+    ``topology``: the node's topology and free GPUs (exporter/topology.py), None when not read;
+    ``owners``: host PID -> its pod (sources/cgroup_pods.py: PodRef, None = in no pod, Unknown), None
+    when processes are not resolved (no --proc-root)."""
     from prometheus_client.metrics_core import Metric
     from prometheus_client.samples import Sample
 
@@ -93,7 +100,7 @@ def build(snapshot: Snapshot | None, attributed: Mapping[str, Sequence[Allocatio
                     samples.append(Sample(served, labels, v * factor if factor != 1.0 else v, timestamp))
     bases = {r.device.key: device_labels(r.device, options.hostname_label, driver, options.naming) for r in readings}
     exp_families = [_exp_family(family, bases, timestamp) for family in exp]
-    scrape = Scrape(readings, attributed, status)
+    scrape = Scrape(readings, attributed, status, topology, owners)
     for spec in OWN_METRICS:
         for values, value in spec.samples(scrape):
             out[spec.name].samples.append(Sample(spec.name, _labels(spec.labels, values, options), value, timestamp))

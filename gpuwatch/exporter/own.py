@@ -13,10 +13,12 @@ from typing import Any
 
 from gpuwatch import __version__, fields
 from gpuwatch.exporter.spec import DEVICE_LABELS, GPU_LABELS, MIG_LABELS, POD_LABELS, Spec
+from gpuwatch.exporter.topology import TOPOLOGY_METRICS
 from gpuwatch.model import Allocation, Device
 from gpuwatch.sources import DeviceReading
 
 FB_TOTAL, GPU_UTIL = fields.BY_NAME["DCGM_FI_DEV_FB_TOTAL"], fields.BY_NAME["DCGM_FI_DEV_GPU_UTIL"]
+FB_USED = fields.BY_NAME["DCGM_FI_DEV_FB_USED"]
 Samples = Iterator[tuple[Mapping[str, str | None], float]]
 
 
@@ -27,6 +29,8 @@ class Scrape:
     readings: Sequence[DeviceReading]
     attributed: Mapping[str, Sequence[Allocation]]
     status: Any  # families.Status
+    topology: Any = None  # exporter.topology.TopologyView, or None when topology is not read
+    owners: Mapping[int, Any] | None = None  # host PID -> its pod (sources.cgroup_pods), None: not resolved
 
 
 def device_values(device: Device) -> dict[str, str | None]:
@@ -99,12 +103,31 @@ def _process_util(s: Scrape) -> Samples:
                 yield device_values(r.device) | {"pid": str(p.pid)}, util * GPU_UTIL.to_base
 
 
+def _process_memory(s: Scrape) -> Samples:
+    """Each compute process's GPU memory with the pod its cgroup names (owner pod|host|unknown), for
+    orphaned memory held by processes of ended pods or of no pod; served only with --proc-root."""
+    if s.owners is None:
+        return
+    for r in s.readings:
+        for p in r.processes:
+            used = p.values.get(FB_USED.id)
+            if used is None or used != used:
+                continue
+            owner = s.owners.get(p.pid)
+            pod_uid = getattr(owner, "pod_uid", None)
+            kind = "pod" if pod_uid else ("host" if owner is None and p.pid in s.owners else "unknown")
+            yield device_values(r.device) | {"pid": str(p.pid), "owner": kind, "pod_uid": pod_uid or ""}, \
+                used * FB_USED.to_base
+
+
 def _source_up(s: Scrape) -> Samples:
     yield {"source": s.status.source}, int(s.status.source_ok)
     if s.status.kubelet_ok is not None:
         yield {"source": "kubelet"}, int(s.status.kubelet_ok)
     if s.status.kubernetes_ok is not None:
         yield {"source": "kubernetes"}, int(s.status.kubernetes_ok)
+    if s.status.topology_ok is not None:
+        yield {"source": "topology"}, int(s.status.topology_ok)
 
 
 def _source_duration(s: Scrape) -> Samples:
@@ -144,11 +167,16 @@ OWN_METRICS: tuple[Spec, ...] = (
     Spec("gpuwatch_process_gpu_utilization_ratio", "gauge",
          "Per-process SM utilization on a (time-sliced) GPU from NVML, ratio 0-1.",
          (*DEVICE_LABELS, "hostname", "pid"), samples=_process_util),
+    Spec("gpuwatch_process_memory_bytes", "gauge",
+         "GPU memory a compute process holds (NVML, host PID), with the pod its cgroup belongs to: owner = pod "
+         "(pod_uid set) | host (in no pod) | unknown (exited or unreadable). Served with --proc-root.",
+         (*DEVICE_LABELS, "hostname", "pid", "owner", "pod_uid"), samples=_process_memory),
     Spec("gpuwatch_source_up", "gauge", "1 if the last read of the source succeeded (source = dcgm|nvml|simulate|kubelet|kubernetes: the pod "
-         "UID/labels list).",
+         "UID/labels list|topology: the driver's GPU topology).",
          ("source",), samples=_source_up),
     Spec("gpuwatch_source_duration_seconds", "gauge", "Duration of the last read of the source (seconds).", ("source",), samples=_source_duration),
     Spec("gpuwatch_attribution_error_info", "gauge",
          "1 while pod attribution fails (reason = socket_missing|timeout|unavailable|error); series then carry no pod labels.",
          ("reason",), samples=_attribution_error),
+    *TOPOLOGY_METRICS,
 )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from gpuwatch.model import Allocation
 
@@ -86,6 +86,11 @@ class Client:
                         resource_names: Sequence[str] = DEFAULT_RESOURCE_NAMES) -> dict[str, tuple[str, ...]]:
         """GPU resource name -> device ids the kubelet can hand out (see :func:`parse_allocatable`)."""
         return parse_allocatable(self.read_allocatable(timeout=timeout), resource_names=resource_names)
+
+    def get_allocatable_devices(self, *, timeout: float, resource_names: Sequence[str] = DEFAULT_RESOURCE_NAMES
+                                ) -> dict[str, dict[str, tuple[int, ...]]]:
+        """GPU resource name -> device id -> its NUMA nodes (see :func:`parse_allocatable_devices`)."""
+        return parse_allocatable_devices(self.read_allocatable(timeout=timeout), resource_names=resource_names)
 
     def close(self) -> None:
         """Close the channel; the next call dials again."""
@@ -183,12 +188,33 @@ def parse(response, *, resource_names: Sequence[str] = DEFAULT_RESOURCE_NAMES) -
 def parse_allocatable(response, *,
                       resource_names: Sequence[str] = DEFAULT_RESOURCE_NAMES) -> dict[str, tuple[str, ...]]:
     """``AllocatableResourcesResponse`` -> GPU resource name -> raw device ids (``::n`` kept)."""
+    devices = parse_allocatable_devices(response, resource_names=resource_names)
+    return {name: tuple(ids) for name, ids in devices.items()}
+
+
+def parse_allocatable_devices(response, *, resource_names: Sequence[str] = DEFAULT_RESOURCE_NAMES
+                              ) -> dict[str, dict[str, tuple[int, ...]]]:
+    """``AllocatableResourcesResponse`` -> GPU resource name -> raw device id -> the NUMA node ids the
+    kubelet reports for it (``ContainerDevices.topology.nodes[].ID``; ``()`` = not reported)."""
     wanted = resource_matcher(resource_names)
-    out: dict[str, list[str]] = {}
+    out: dict[str, dict[str, tuple[int, ...]]] = {}
     for devices in response.devices:
         if wanted(devices.resource_name):
-            out.setdefault(devices.resource_name, []).extend(devices.device_ids)
-    return {name: tuple(ids) for name, ids in out.items()}
+            numa = tuple(sorted({int(n.ID) for n in devices.topology.nodes}))
+            for device_id in devices.device_ids:
+                out.setdefault(devices.resource_name, {})[device_id] = numa
+    return out
+
+
+def free_devices(allocatable: Mapping[str, Iterable[str]], allocations: Iterable[Allocation]) -> dict[str, tuple[str, ...]]:
+    """Allocatable minus allocated: resource name -> device ids (replica suffix removed, kubelet's
+    order) none of whose replicas a container holds; a resource with nothing free maps to ``()``."""
+    held = {(a.resource, a.device_id) for a in allocations}
+    out: dict[str, tuple[str, ...]] = {}
+    for resource, ids in allocatable.items():
+        devices = dict.fromkeys(split_device_id(raw)[0] for raw in ids)
+        out[resource] = tuple(d for d in devices if (resource, d) not in held)
+    return out
 
 
 def resource_matcher(resource_names: Iterable[str]) -> Callable[[str], bool]:

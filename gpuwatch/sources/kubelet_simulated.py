@@ -141,20 +141,25 @@ def pods_from_fleet(fleet: Fleet, *, node: str | None = None, t: float) -> list[
 
 
 def allocatable_from_fleet(fleet: Fleet, *, node: str | None = None, replicas: int = 4) -> dict:
-    """What ``GetAllocatableResources`` would list for the fleet's node(s), in the message's shape."""
+    """What ``GetAllocatableResources`` would list for the fleet's node(s), in the message's shape:
+    as the kubelet lists them, one ``ContainerDevices`` per device (a time-sliced GPU's replicas
+    together), with the device's NUMA node as its topology where the fleet knows it."""
     shared = {seg.device for seg in fleet.segments if seg.share < 1.0}
-    by_resource: dict[str, list[str]] = {}
+    out = []
     for i, device in enumerate(fleet.devices):
         if node not in (None, device.node):
             continue
         if device.is_mig:
-            by_resource.setdefault(f"nvidia.com/mig-{device.mig_profile}", []).append(device.mig_uuid)
+            entry = {"resource_name": f"nvidia.com/mig-{device.mig_profile}", "device_ids": [device.mig_uuid]}
         elif i in shared:
-            by_resource.setdefault("nvidia.com/gpu.shared", []).extend(
-                f"{device.gpu_uuid}::{n}" for n in range(replicas))
+            entry = {"resource_name": "nvidia.com/gpu.shared",
+                     "device_ids": [f"{device.gpu_uuid}::{n}" for n in range(replicas)]}
         else:
-            by_resource.setdefault("nvidia.com/gpu", []).append(device.gpu_uuid)
-    return {"devices": [{"resource_name": r, "device_ids": ids} for r, ids in by_resource.items()]}
+            entry = {"resource_name": "nvidia.com/gpu", "device_ids": [device.gpu_uuid]}
+        if device.numa_node is not None:
+            entry["topology"] = {"nodes": [{"ID": device.numa_node}]}
+        out.append(entry)
+    return {"devices": out}
 
 
 def _replica_ids(fleet: Fleet) -> dict[tuple[int, int], int]:

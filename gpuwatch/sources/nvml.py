@@ -16,9 +16,17 @@ the second read on. An NVMLError other than GPU-lost leaves that one field absen
 
 MIG: like dcgm-exporter (DCGM maps GPU-level fields watched on a GPU instance to its parent GPU),
 GPU-level fields (clocks, temperatures, power, energy, XID, PCIe replays, encoder/decoder util,
-remapped rows, NVLink bandwidth, vGPU license) are read once per GPU and repeated on each instance;
-FB fields come from the instance's own memory info; GPU_UTIL / MEM_COPY_UTIL do not exist on MIG,
-and the GPM PCIe/NVLink rates are served on whole GPUs only.
+remapped rows, NVLink bandwidth, vGPU license, clock event reasons, ECC totals) are read once per GPU
+and repeated on each instance; FB fields come from the instance's own memory info; GPU_UTIL /
+MEM_COPY_UTIL do not exist on MIG, and the GPM PCIe/NVLink rates are served on whole GPUs only.
+Compute processes are listed on the GPU handle (on a MIG GPU: every instance's, each with its GPU
+and compute instance id) and attached to the reading of the device they run on.
+
+Failure signals (issue 15): clock event reasons as NVML's bitmask, which DCGM serves unchanged as
+field 112 (``nvmlDeviceGetCurrentClocksEventReasons``, R535+; the older
+``nvmlDeviceGetCurrentClocksThrottleReasons`` where the binding or driver lacks it); double-bit ECC
+totals (``nvmlDeviceGetTotalEccErrors``, uncorrected, volatile and aggregate) only while ECC mode is
+enabled — a GPU without ECC, or with it off, has no ECC fields, never 0.
 """
 
 from __future__ import annotations
@@ -32,6 +40,10 @@ from gpuwatch.sources.nvml_parse import GPM_METRICS, PROVIDED_FIELD_IDS, mig_pro
 __all__ = ["PROVIDED_FIELD_IDS", "NvmlSource", "ReadState", "mig_identities", "mig_profile_name", "open_source",
            "parse", "probe", "read"]
 GPU_IS_LOST = 15  # NVML_ERROR_GPU_IS_LOST
+FUNCTION_NOT_FOUND = 13  # NVML_ERROR_FUNCTION_NOT_FOUND: libnvidia-ml older than the binding
+# R535 renamed "throttle reasons" to "clocks event reasons"; same bits, same meaning
+CLOCK_EVENT_CALLS = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
+NO_INSTANCE = 0xFFFFFFFF  # nvmlProcessInfo_t's gpuInstanceId / computeInstanceId on a GPU without MIG
 # NVML_FI_DEV_* ids by number, stable across bindings (older nvidia-ml-py lacks the NVLink names)
 MEMORY_TEMP_FI, NVLINK_DATA_TX_FI, NVLINK_DATA_RX_FI = 82, 138, 139
 ALL_LINKS = 0xFFFFFFFF  # field-value scopeId meaning every NVLink of the GPU (what DCGM passes)
@@ -128,7 +140,7 @@ def _read_gpu(nvml, state: ReadState, index: int, *, profiling: bool, now: float
     gpu |= _read_health(nvml, h) | {"nvlink": _read_nvlink(nvml, state, h, index, now=now)}
     if not gpu["mig"]:
         gpu["gpm"] = _read_gpm(nvml, state, h, (index, None)) if profiling else None
-        gpu["processes"] = _read_processes(nvml, state, h)
+    gpu["processes"] = _read_processes(nvml, state, h)
     return gpu
 
 
@@ -173,7 +185,37 @@ def _read_health(nvml, h) -> dict:
             "pcie_replay": _optional(nvml, nvml.nvmlDeviceGetPcieReplayCounter, h),
             "encoder_util": None if enc is None else enc[0], "decoder_util": None if dec is None else dec[0],
             "remapped_rows": None if rows is None else dict(zip(_REMAPPED_ROWS, rows, strict=True)),
-            "grid_licensing": _read_grid_licensing(nvml, h)}
+            "grid_licensing": _read_grid_licensing(nvml, h),
+            "clocks_event_reasons": _read_clock_events(nvml, h)} | _read_ecc(nvml, h)
+
+
+def _read_clock_events(nvml, h) -> int | None:
+    """The clock event (throttle) reasons bitmask; the older call only where the newer one does not
+    exist (not in this nvidia-ml-py, or FUNCTION_NOT_FOUND from an older libnvidia-ml)."""
+    for name in CLOCK_EVENT_CALLS:
+        if (call := getattr(nvml, name, None)) is None:
+            continue
+        try:
+            return int(call(h))
+        except nvml.NVMLError as exc:
+            if getattr(exc, "value", None) == GPU_IS_LOST:
+                raise
+            if getattr(exc, "value", None) != FUNCTION_NOT_FOUND:
+                return None
+    return None
+
+
+def _read_ecc(nvml, h) -> dict:
+    """Uncorrected (double-bit) ECC error totals: volatile (since driver load) and aggregate (the
+    GPU's life). NVML's counters require ECC mode enabled, so the current mode is checked first: off
+    or unsupported (GeForce) -> None, never a stale or made-up count."""
+    mode = _optional(nvml, nvml.nvmlDeviceGetEccMode, h)  # [current, pending]
+    if not mode or mode[0] != nvml.NVML_FEATURE_ENABLED:
+        return {"ecc_dbe_volatile": None, "ecc_dbe_aggregate": None}
+    total = nvml.nvmlDeviceGetTotalEccErrors
+    dbe = nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    return {"ecc_dbe_volatile": _optional(nvml, total, h, dbe, nvml.NVML_VOLATILE_ECC),
+            "ecc_dbe_aggregate": _optional(nvml, total, h, dbe, nvml.NVML_AGGREGATE_ECC)}
 
 
 def _read_grid_licensing(nvml, h) -> dict | None:
@@ -258,12 +300,21 @@ def _gpm_supported(nvml, h) -> bool:
 
 
 def _read_processes(nvml, state: ReadState, h) -> list[dict]:
-    procs = {p.pid: {"pid": p.pid, "used_memory": p.usedGpuMemory, "sm_util": None}
+    """Compute processes (host PIDs as the driver sees them) with their memory (bytes; None where NVML
+    cannot say), MIG GPU / compute instance (None on a whole GPU) and SM utilization samples."""
+    procs = {p.pid: {"pid": p.pid, "used_memory": p.usedGpuMemory, "sm_util": None} | _instance_ids(p)
              for p in _optional(nvml, nvml.nvmlDeviceGetComputeRunningProcesses, h) or []}
     for s in _optional(nvml, nvml.nvmlDeviceGetProcessUtilization, h, state.process_ts) or []:
-        procs.setdefault(s.pid, {"pid": s.pid, "used_memory": None, "sm_util": None})["sm_util"] = s.smUtil
+        procs.setdefault(s.pid, {"pid": s.pid, "used_memory": None, "sm_util": None} | _instance_ids(s))
+        procs[s.pid]["sm_util"] = s.smUtil
         state.process_ts = max(state.process_ts, s.timeStamp)
     return sorted(procs.values(), key=lambda p: p["pid"])
+
+
+def _instance_ids(process) -> dict:
+    gi, ci = (getattr(process, key, NO_INSTANCE) for key in ("gpuInstanceId", "computeInstanceId"))
+    return {"gpu_instance_id": None if gi == NO_INSTANCE else gi,
+            "compute_instance_id": None if ci == NO_INSTANCE else ci}
 
 
 def _register_xid(nvml, state: ReadState, h) -> None:

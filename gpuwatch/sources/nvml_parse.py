@@ -36,7 +36,10 @@ FB_TOTAL, FB_FREE, FB_USED = _MEMORY["total"], _MEMORY["free"], _MEMORY["used"]
 _GPU_WIDE = {"sm_clock_mhz": fid("DCGM_FI_DEV_SM_CLOCK"), "mem_clock_mhz": fid("DCGM_FI_DEV_MEM_CLOCK"),
              "temperature_c": fid("DCGM_FI_DEV_GPU_TEMP"), "energy_mj": fid("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"),
              "xid": fid("DCGM_FI_DEV_XID_ERRORS"), "pcie_replay": fid("DCGM_FI_DEV_PCIE_REPLAY_COUNTER"),
-             "encoder_util": fid("DCGM_FI_DEV_ENC_UTIL"), "decoder_util": fid("DCGM_FI_DEV_DEC_UTIL")}
+             "encoder_util": fid("DCGM_FI_DEV_ENC_UTIL"), "decoder_util": fid("DCGM_FI_DEV_DEC_UTIL"),
+             "clocks_event_reasons": fid("DCGM_FI_DEV_CLOCKS_EVENT_REASONS"),  # NVML's bitmask = DCGM's
+             "ecc_dbe_volatile": fid("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
+             "ecc_dbe_aggregate": fid("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL")}
 # nvmlDeviceGetRemappedRows key -> field (GPU-level).
 _REMAPPED_ROWS = {"uncorrectable": fid("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"),
                   "correctable": fid("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"),
@@ -134,7 +137,8 @@ def _gpu_readings(gpu: dict, node: str, versions: dict) -> list[DeviceReading]:
                         mig_placement_start=gi["placement_start"], mig_placement_size=gi["placement_size"],
                         mig_uuid=gi["uuid"], **versions)
         values = shared | _memory(gi["memory"]) | _gpm(gi.get("gpm"), mig=True)
-        out.append(DeviceReading(device, values))
+        procs = [p for p in gpu.get("processes") or [] if p.get("gpu_instance_id") == gi["gi_id"]]
+        out.append(DeviceReading(device, values, processes=_processes(procs)))
     return out
 
 

@@ -18,7 +18,8 @@ As dcgm-exporter serves a MIG GPU (per GPU instance only): GPU-wide fields (temp
 energy, PCIe replays, XID, remapped rows) repeat on every instance; utilisation, memory-copy,
 encoder/decoder, PCIe and NVLink throughput do not exist per instance; power stays absent there (the
 fleet leaves it unknown). A time-sliced GPU is one device: its pods' readings are combined.
-DCGM_FI_DEV_VGPU_LICENSE_STATUS is never reported (bare metal: see simulate_extra).
+DCGM_FI_DEV_VGPU_LICENSE_STATUS is never reported (bare metal: see simulate_extra). Topology
+(``topology()``) comes from the fleet's layouts (``Fleet.topology``), unknown for a fleet without them.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from gpuwatch.fleet import DRIVER, GPU_SPECS, Fleet, build_fleet, readings_at
 from gpuwatch.model import Allocation, Device, Pod
 from gpuwatch.sources import DeviceReading, ProcessReading, Snapshot, SourceOptions, simulate_extra
 from gpuwatch.sources.kubelet import split_device_id
-from gpuwatch.sources.kubelet_simulated import pods_from_fleet
+from gpuwatch.sources.kubelet_simulated import allocatable_from_fleet, pods_from_fleet
+from gpuwatch.sources.node_topology import NodeTopology, both_directions, unknown
 from gpuwatch.units import MIB
 
 DAY = 86400.0
@@ -62,7 +64,7 @@ def open_source(options: SourceOptions, *, now: float | None = None) -> Simulate
     if start is None:
         start = window_start(time.time() if now is None else now)
     fleet = build_fleet(gpus=options.simulate_gpus, seed=options.simulate_seed, start=start,
-                        days=options.simulate_days)
+                        days=options.simulate_days, topology=True)  # its nodes' GPU layouts, as `simulate` writes
     return SimulatedSource(fleet, node=None if options.simulate_node == "all" else options.simulate_node)
 
 
@@ -92,6 +94,10 @@ class SimulatedSource:
 
     def allocations(self, now: float) -> list[Allocation]:
         return allocations_at(self.fleet, self.fleet_time(now), node=self.node)
+
+    def topology(self) -> NodeTopology:
+        """The served node(s)' GPU topology from the fleet's layouts (static)."""
+        return fleet_topology(self.fleet, self.devices)
 
     def close(self) -> None:
         pass
@@ -142,6 +148,39 @@ def allocations_at(fleet: Fleet, t: float, *, node: str | None = None) -> list[A
                     out.append(Allocation(namespace=pod["namespace"], pod=pod["name"], container=container["name"],
                                           resource=devices["resource_name"], device_id=device_id, vgpu=vgpu))
     return out
+
+
+def allocatable_at(fleet: Fleet, *, node: str | None = None) -> dict[str, dict[str, tuple[int, ...]]]:
+    """What the kubelet's GetAllocatableResources would report (kubelet_simulated.allocatable_from_fleet,
+    read as kubelet.parse_allocatable_devices does) without the gRPC round trip."""
+    out: dict[str, dict[str, tuple[int, ...]]] = {}
+    for devices in allocatable_from_fleet(fleet, node=node)["devices"]:
+        numa = tuple(sorted({n["ID"] for n in devices.get("topology", {}).get("nodes", ())}))
+        for device_id in devices["device_ids"]:
+            out.setdefault(devices["resource_name"], {})[device_id] = numa
+    return out
+
+
+def fleet_topology(fleet: Fleet, devices: list[Device]) -> NodeTopology:
+    """The topology of ``devices``' GPUs from ``Fleet.topology`` rows (one per unordered pair; served
+    in both directions) and each device's NUMA node and NVLink clique. A fleet built without layouts
+    has no rows: the topology is then unknown, never made up."""
+    gpus = {d.gpu_uuid: d.gpu_index for d in devices}
+    numa = {d.gpu_uuid: d.numa_node for d in devices}
+    fabric = {d.gpu_uuid: (*d.nvlink_clique.rsplit("/", 1), "completed") for d in devices
+              if d.nvlink_clique and "/" in d.nvlink_clique}
+    pairs = [(r["gpu_uuid"], r["peer_gpu_uuid"], r["link"], _count(r.get("nvlinks"))) for r in fleet.topology
+             if r["gpu_uuid"] in gpus and r["peer_gpu_uuid"] in gpus]
+    if not pairs and len(gpus) > 1:
+        return unknown("topology unknown: the simulated fleet has no GPU layouts", gpus=gpus, numa=numa, fabric=fabric)
+    return NodeTopology(gpus=gpus, links=both_directions(pairs), numa=numa, fabric=fabric)
+
+
+def _count(value) -> int | None:
+    """A topology row's nvlinks (None, NaN or "" = not NVLink / unknown)."""
+    if value is None or value == "" or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return int(value)
 
 
 def _combine(device: Device, occupants: list) -> dict[str, float]:

@@ -15,7 +15,15 @@ libnvidia-ml; v1 then reports ``used + reserved``, as NVML does), ``pcie_replay`
 ``grid_licensing`` ({supported, features: [{code, state}]}), ``field_values`` (NVML_FI id -> a number,
 or {"nvmlReturn": name} / {union member: number, "valueType": name}; the NVLink throughput ids answer
 only for scopeId UINT_MAX = all links, "<id>/<scope>" keys for other scopes) with
-``field_timestamp_us``, and ``errors`` (pynvml function name -> NVML_ERROR_* name it raises).
+``field_timestamp_us``, ``clocks_event_reasons`` (NVML's bitmask; both the R535+ and the older
+"throttle" call answer it), ``ecc_mode`` ([current, pending], NVML_FEATURE_*; absent = a GPU without
+ECC, as GeForce cards answer) with ``ecc_errors`` ({"uncorrected"|"corrected": {"volatile"|"aggregate":
+count}}; nvmlDeviceGetTotalEccErrors raises NOT_SUPPORTED while ECC mode is off: the NVML reference says
+the counters require it), and ``errors`` (pynvml function name -> NVML_ERROR_* name it raises;
+NVML_ERROR_FUNCTION_NOT_FOUND is what pynvml raises where libnvidia-ml lacks the symbol).
+``processes``: [{pid, used_memory (bytes, null = NVML_VALUE_NOT_AVAILABLE), sm_util, gi_id, ci_id (MIG
+only)}], answered as nvidia-ml-py's nvmlProcessInfo_v3 objects: gpuInstanceId / computeInstanceId
+0xFFFFFFFF on a GPU without MIG; a MIG GPU handle lists every instance's, a MIG device handle its own.
 Scenario-wide: ``driver_version`` and ``cuda_driver_version`` (NVML's integer, 13010 = 13.1).
 """
 
@@ -31,6 +39,9 @@ _NVLINK_THROUGHPUT = range(_real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, _real.NV
 # The union member NVML fills for a plain number, by field (memory temperature is an unsigned int)
 _VALUE_TYPES = {_real.NVML_FI_DEV_MEMORY_TEMP: ("uiVal", "NVML_VALUE_TYPE_UNSIGNED_INT")}
 _UNSUPPORTED = {"nvmlReturn": "NVML_ERROR_NOT_SUPPORTED"}
+_NO_INSTANCE = 0xFFFFFFFF
+_ECC_KINDS = {_real.NVML_MEMORY_ERROR_TYPE_UNCORRECTED: "uncorrected", _real.NVML_MEMORY_ERROR_TYPE_CORRECTED: "corrected"}
+_ECC_COUNTERS = {_real.NVML_VOLATILE_ECC: "volatile", _real.NVML_AGGREGATE_ECC: "aggregate"}
 
 
 class FakeNvml:
@@ -141,8 +152,27 @@ class FakeNvml:
             self._fill_field_value(gpu, values[i])
         return values
 
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        return self._checked(h, "nvmlDeviceGetCurrentClocksEventReasons", "clocks_event_reasons")
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h):
+        return self._checked(h, "nvmlDeviceGetCurrentClocksThrottleReasons", "clocks_event_reasons")
+
+    def nvmlDeviceGetEccMode(self, h):
+        return list(self._checked(h, "nvmlDeviceGetEccMode", "ecc_mode"))
+
+    def nvmlDeviceGetTotalEccErrors(self, h, errorType, counterType):
+        current, _pending = self.nvmlDeviceGetEccMode(h)
+        counts = self._gpu(h).get("ecc_errors", {}).get(_ECC_KINDS[errorType], {})
+        self._raise_listed(self._gpu(h), "nvmlDeviceGetTotalEccErrors")
+        if current != _real.NVML_FEATURE_ENABLED or _ECC_COUNTERS[counterType] not in counts:
+            raise _real.NVMLError(_real.NVML_ERROR_NOT_SUPPORTED)
+        return counts[_ECC_COUNTERS[counterType]]
+
     def nvmlDeviceGetComputeRunningProcesses(self, h):
-        return [SimpleNamespace(pid=p["pid"], usedGpuMemory=p["used_memory"]) for p in self._field(h, "processes", [])]
+        self._raise_listed(self._gpu(h), "nvmlDeviceGetComputeRunningProcesses")
+        procs = [p for p in self._field(h, "processes", []) if h.gi is None or p.get("gi_id") == h.gi]
+        return [_process_info(p) for p in procs]
 
     def nvmlDeviceGetProcessUtilization(self, h, ts):
         procs = [p for p in self._field(h, "processes", []) if p.get("sm_util") is not None]
@@ -263,6 +293,19 @@ class FakeNvml:
         if value is None and default is None and name not in ("utilization", "gpm"):
             raise _real.NVMLError(_real.NVML_ERROR_NOT_SUPPORTED)
         return value
+
+
+def _process_info(p: dict):
+    """One process as nvidia-ml-py returns it: nvmlProcessInfo_v3 as a friendly object, usedGpuMemory
+    None where NVML reports NVML_VALUE_NOT_AVAILABLE."""
+    info = _real.c_nvmlProcessInfo_v3_t(pid=p["pid"], gpuInstanceId=p.get("gi_id", _NO_INSTANCE),
+                                        computeInstanceId=p.get("ci_id", _NO_INSTANCE),
+                                        usedGpuMemory=_real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+                                        if p["used_memory"] is None else p["used_memory"])
+    obj = _real.nvmlStructToFriendlyObject(info)
+    if obj.usedGpuMemory == _real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value:
+        obj.usedGpuMemory = None
+    return obj
 
 
 def _typed(fid: int, number) -> dict:
