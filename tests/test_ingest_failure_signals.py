@@ -30,14 +30,14 @@ from gpuwatch.exporter.families import Options
 from gpuwatch.ingest import openmetrics, promfile
 from gpuwatch.ingest.promframes_status import pod_status_frame
 from gpuwatch.ingest.series import Context, Series, target_pods
+from gpuwatch.model import BUNDLE_COLUMNS
 from gpuwatch.sources import SourceOptions, dcgm, nvml
 from tests.conftest import FIXTURES, ROOT
 from tests.fakes.fake_pynvml import FakeNvml
 
 T0 = 1_794_182_400.0  # 2026-11-09T00:00:00Z
 STEP = 60.0
-STATUS = ["ts", "namespace", "pod", "container", "phase", "restarts", "last_terminated_reason", "last_exit_code",
-          "waiting_reason", "job", "gpu_request"]
+STATUS = list(BUNDLE_COLUMNS["pod_status"])
 GPU = 'DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="{uuid}",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",{host}="{node}"{extra}}} 0 {ms}'
 
 
@@ -175,9 +175,15 @@ def _expected_story(*, exit_codes: bool) -> pd.DataFrame:
 
 
 def _status_frame(rows: list[tuple]) -> pd.DataFrame:
-    frame = pd.DataFrame(rows, columns=STATUS).astype({"restarts": "Int64", "last_exit_code": "Int64", "gpu_request": float})
-    frame["ts"] = pd.to_datetime(frame["ts"], unit="s", utc=True)
-    for column in ("namespace", "pod", "container", "phase", "last_terminated_reason", "waiting_reason", "job"):
+    """Change rows (ts .. gpu_request); the pending-demand columns of pods that request nvidia.com/gpu and
+    carry no kube_pod_created/scheduled_time/unschedulable/nodeselectors series: unknown but the resource."""
+    rows = [(*r, None, None, None, "nvidia.com/gpu" if r[10] is not None else None, None) for r in rows]
+    frame = pd.DataFrame(rows, columns=STATUS).astype({"restarts": "Int64", "last_exit_code": "Int64", "gpu_request": float,
+                                                       "created_ts": float, "scheduled_ts": float, "unschedulable": "Int64"})
+    for column in ("ts", "created_ts", "scheduled_ts"):
+        frame[column] = pd.to_datetime(frame[column], unit="s", utc=True)
+    for column in ("namespace", "pod", "container", "phase", "last_terminated_reason", "waiting_reason", "job",
+                   "gpu_resource", "node_selector"):
         frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
     return frame
 
@@ -394,6 +400,7 @@ def test_status_writer_round_trips_through_the_reader():
         families = openmetrics.ksm_status_families(status, grid, exported=exported, exitcode=True)
         series = [Series(name, labels, ts, values) for name, items in families.items() for labels, ts, values in items]
         got = pod_status_frame(series, Context(target_pods=target_pods(series)))
-        got["ts"] = pd.to_datetime(got["ts"], unit="s", utc=True)
+        for column in ("ts", "created_ts", "scheduled_ts"):
+            got[column] = pd.to_datetime(got[column], unit="s", utc=True)
         pd.testing.assert_frame_equal(got.sort_values(["pod", "ts"]).reset_index(drop=True),
                                       status.sort_values(["pod", "ts"]).reset_index(drop=True))

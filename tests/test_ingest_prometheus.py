@@ -330,7 +330,7 @@ def test_live_exporter_scraped_by_prometheus_then_ingested(tmp_path):
     finally:
         exporter.terminate()
         exporter.wait(timeout=10)
-    fleet = build_fleet(gpus=24, seed=2, days=7)  # the exporter's default fleet span
+    fleet = build_fleet(gpus=24, seed=2, days=7, topology=True)  # the exporter's default fleet span and layouts
     devices = frames["devices"]
     instances = devices[devices.mig_gi_id.notna()]
     assert set(devices.gpu_uuid) == {d.gpu_uuid for d in fleet.devices}
@@ -341,6 +341,13 @@ def test_live_exporter_scraped_by_prometheus_then_ingested(tmp_path):
             for r in instances.itertuples()} == placements
     samples = frames["samples"]
     assert samples.gpu_util.dropna().between(0, 1).all() and len(samples.ts.unique()) >= 3
+    # the GPU links the exporter serves (gpuwatch_gpu_link_info, both directions) are the fleet's layouts,
+    # between GPUs not in MIG mode (a MIG-enabled GPU is never a whole-GPU block)
+    mig = {d.gpu_uuid for d in fleet.devices if d.is_mig}
+    served = {(r.node, frozenset((r.gpu_uuid, r.peer_gpu_uuid)), r.link, r.nvlinks if r.link == "NV" else None)
+              for r in frames["topology"].itertuples()}
+    assert served == {(t["node"], frozenset((t["gpu_uuid"], t["peer_gpu_uuid"])), t["link"], t["nvlinks"])
+                      for t in fleet.topology if not {t["gpu_uuid"], t["peer_gpu_uuid"]} & mig}
     pods = frames["pods"]
     known = {(p.namespace, p.pod): p for p in fleet.pods}
     assert len(pods) > 0 and all((r.namespace, r.pod) in known for r in pods.itertuples())

@@ -1,7 +1,8 @@
 """`gpuwatch ingest`: load a bundle directory, a Prometheus server or a saved /metrics file into DuckDB.
 
 Idempotent per window: re-ingesting a window replaces its samples. Prometheus (`prometheus://`)
-and .prom files are read by gpuwatch.ingest's readers.
+and .prom files are read by gpuwatch.ingest's readers; a saved `nvidia-smi topo -m` output (alone or
+inside a larger capture) with `--node NAME` gives that node's GPU links and NUMA nodes (ingest/topo.py).
 """
 
 from __future__ import annotations
@@ -13,13 +14,20 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch import store, units
-from gpuwatch.ingest import prometheus, promfile
+from gpuwatch.ingest import prometheus, promfile, topo
+from gpuwatch.model import BUNDLE_COLUMNS
+
+TOPO_MAX_BYTES = 64 << 20  # files larger than this are not looked into for a topo -m matrix
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from", dest="source",
-                        help="bundle DIR, prometheus://host:port, or FILE.prom (a saved /metrics page); "
-                             "may be left out when only --prices are loaded")
+                        help="bundle DIR, prometheus://host:port, FILE.prom (a saved /metrics page), or a saved "
+                             "'nvidia-smi topo -m' output with --node; may be left out when only --prices are loaded")
+    parser.add_argument("--node", metavar="NAME",
+                        help="with --from a saved 'nvidia-smi topo -m' output: the node it was captured on (GPU "
+                             "UUIDs from an 'nvidia-smi -L' listing in the same file, else from the node's devices "
+                             "already in the store)")
     parser.add_argument("--db", required=True, help="DuckDB store to write (created if missing)")
     parser.add_argument("--start", help="Prometheus: window start, ISO-8601 UTC (default: --end minus 7 days)")
     parser.add_argument("--end", help="Prometheus: window end, ISO-8601 UTC (default: now)")
@@ -49,13 +57,17 @@ def run(args: argparse.Namespace) -> int:
              "end": units.parse_utc(args.end, what="--end") if args.end else None,
              "step": units.parse_duration(args.step, what="--step"),
              "at": units.parse_utc(args.at, what="--at") if args.at else None,
-             "team_label": check_label(args.team_label), "cluster": check_cluster(args.cluster)}
+             "team_label": check_label(args.team_label), "cluster": check_cluster(args.cluster),
+             "node": check_node(args.node)}
     if args.cluster and args.link:
         raise units.UsageError("--cluster: not with --link (linked Parquet is read as it lies)")
     if args.source is None and not (args.prices or args.teams):
         raise units.UsageError("--from: required (or --prices / --teams alone, to load only those)")
     if args.source is not None:
         check_source(args.source)  # flags and sources are checked before the store is created or opened
+        check_topo(args.source, node=flags["node"], db=args.db, link=args.link)
+    elif args.node is not None:
+        raise units.UsageError("--node: only with --from FILE, a saved 'nvidia-smi topo -m' output")
     check_prices(args.prices)
     check_files(args.teams, flag="--teams", what="a namespace,team CSV/Parquet")
     con = store.connect(args.db)
@@ -89,6 +101,38 @@ def check_cluster(name: str | None) -> str | None:
     return name
 
 
+def check_node(name: str | None) -> str | None:
+    """The --node: a node name as the store holds it (no spaces; no "/", which --cluster adds)."""
+    if name is not None and not re.fullmatch(r"[^\s/]{1,253}", name):
+        raise units.UsageError(f"--node: {name!r} is not a node name (e.g. gpu-node-7)")
+    return name
+
+
+def check_topo(source: str, *, node: str | None, db: str, link: bool) -> None:
+    """--node goes with a saved ``topo -m`` file and such a file needs it; the file's matrix parses, and
+    its GPUs can get UUIDs (a listing in the file, or a store that may hold the node's devices)."""
+    path = Path(source)
+    text = _topo_text(path) if not _is_url(source) else None
+    if node is None:
+        if text is not None and topo.has_matrix(text):
+            raise units.UsageError(f"--node: required with --from {source}, a saved 'nvidia-smi topo -m' output "
+                                   "(the node it was captured on)")
+        return
+    if text is None or link:
+        raise units.UsageError("--node: only with --from FILE, a saved 'nvidia-smi topo -m' output (not --link)")
+    topo.parse(text, source=source)
+    if not topo.listing(text, source=source) and not Path(db).exists():
+        raise units.DataError(f"--from {source}: no 'nvidia-smi -L' listing in the file and no store {db} holding "
+                              f"node {node}'s devices: load the node's devices first (GPU UUIDs by index)")
+
+
+def _topo_text(path: Path) -> str | None:
+    """A file's text, where it could be a topo capture (not Parquet/CSV, not huge); else None."""
+    if not path.is_file() or path.suffix.lower() in (".parquet", ".csv") or path.stat().st_size > TOPO_MAX_BYTES:
+        return None
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
 def check_label(key: str) -> str:
     """The --team-label: a Kubernetes label key."""
     return units.parse_label_key(key, what="--team-label")
@@ -115,8 +159,11 @@ def check_source(source: str) -> None:
 
 def ingest(con: Any, source: str, *, start: datetime | None = None, end: datetime | None = None, step: float = 60.0,
            at: datetime | None = None, now: datetime | None = None, prices: list[str] = (), teams: list[str] = (),
-           team_label: str = "team", cluster: str | None = None) -> dict[str, int]:
-    """Load ``source`` (bundle dir, prometheus:// URL or .prom file); returns rows per table."""
+           team_label: str = "team", cluster: str | None = None, node: str | None = None) -> dict[str, int]:
+    """Load ``source`` (bundle dir, prometheus:// URL, .prom file, or with ``node`` a saved
+    ``nvidia-smi topo -m``); returns rows per table."""
+    if node is not None:
+        return ingest_topo(con, Path(source), node=node, prices=prices, teams=teams, cluster=cluster)
     if _is_url(source):
         end_at = end or (now or datetime.now(UTC)).replace(tzinfo=None)
         start_at = start or end_at - timedelta(days=7)
@@ -128,6 +175,20 @@ def ingest(con: Any, source: str, *, start: datetime | None = None, end: datetim
         frames = promfile.read_file(path, at=at)
         return store.load(con, frames, source=str(path), prices=prices, teams=teams, cluster=cluster)
     return store.load_bundle(con, path, progress=None, prices=prices, teams=teams, cluster=cluster)
+
+
+def ingest_topo(con: Any, path: Path, *, node: str, prices: list[str] = (), teams: list[str] = (),
+                cluster: str | None = None) -> dict[str, int]:
+    """``node``'s GPU links and NUMA nodes from the saved ``topo -m`` at ``path`` (ingest/topo.py);
+    every error is raised before anything is loaded."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    parsed = topo.parse(text, source=str(path))
+    columns = ", ".join(BUNDLE_COLUMNS["devices"])
+    stored = con.execute(f"SELECT {columns} FROM devices WHERE node = $node",
+                         {"node": f"{cluster}/{node}" if cluster else node}).df()
+    frames = topo.frames(parsed, node=node, listed=topo.listing(text, source=str(path)), stored=stored,
+                         source=str(path))
+    return store.load(con, frames, source=str(path), prices=prices, teams=teams, cluster=cluster)
 
 
 def _is_url(source: str) -> bool:

@@ -2,7 +2,9 @@
 
 Reads dcgm-exporter's series (any label generation, see ``promframes``), gpuwatch's own
 (``gpuwatch_gpu_memory_total_bytes``, ``gpuwatch_mig_instance_info``,
-``gpuwatch_gpu_allocation_info``) and kube-state-metrics' pod series. Each field is queried as
+``gpuwatch_gpu_allocation_info``; the static topology info series ``gpuwatch_gpu_link_info``,
+``_numa_info``, ``_fabric_info`` by their last value in the window) and kube-state-metrics' pod
+series (states and pending demand, see ``promframes_status``). Each field is queried as
 ``avg_over_time(NAME{shard}[step - 1ms])`` over ``query_range``: the mean of the raw samples in each
 step (exactly the sample when scraped once per step), and no 5-minute lookback ghosts after a
 series ends (backfilled data has no staleness markers). Queries are chunked by time so no series
@@ -26,7 +28,13 @@ from datetime import UTC, datetime
 import numpy as np
 
 from gpuwatch import units
-from gpuwatch.ingest import promframes, promframes_health, promframes_status
+from gpuwatch.ingest import (
+    promframes,
+    promframes_health,
+    promframes_processes,
+    promframes_status,
+    promframes_topology,
+)
 
 MAX_POINTS = 11_000  # Prometheus rejects a query_range that would return more per series
 GPU_NAMES = "DCGM_FI_.*|dcgm_.*|gpuwatch_.*"
@@ -38,7 +46,7 @@ GPU_REQUESTS = 'kube_pod_container_resource_requests{resource=~"nvidia.*"}'
 # the last value in each step
 STATUS_METRICS = tuple(n for n in promframes_status.KSM_FAMILIES
                        if n not in KSM_METRICS and n != "kube_pod_container_resource_requests")
-EVENT_NAMES = frozenset(promframes_health.KINDS) | {"gpuwatch_driver_info"}
+EVENT_NAMES = frozenset(promframes_health.KINDS) | {"gpuwatch_driver_info", promframes_processes.NAME}
 # Node labels (prices per node label; GFD's time-slicing replicas), else the device plugin's shared
 # capacity / GPUs (promframes_pods): the last value in the window.
 SHARED_REPLICAS = ("kube_node_labels", 'kube_node_status_capacity{resource="nvidia_com_gpu_shared"}')
@@ -159,7 +167,7 @@ def read(client: Client, grid: list[tuple[float, float]], *, step: float, nodes_
                               start=lo, end=hi))
     fields = [n for n in names if n in promframes.SAMPLE_FIELDS]
     fields += sorted({"gpuwatch_gpu_allocation_info"} & names)
-    device = sorted(n for n in names if n in promframes.DEVICE_FIELDS)
+    device = sorted(n for n in names if n in promframes.DEVICE_FIELDS or n in promframes_topology.INFO_NAMES)
     shards = node_shards(client, lo, hi, per_query=nodes_per_query)
     plan = [(_avg(f"{n}{s}", step) if n.lower().startswith("dcgm") else _last(f"{n}{s}", step), n, g)
             for n in sorted(fields) for s in shards for g in grid]
@@ -167,7 +175,7 @@ def read(client: Client, grid: list[tuple[float, float]], *, step: float, nodes_
     plan += [(_ksm(n, step), n, g) for n in KSM_METRICS + STATUS_METRICS if n in names for g in grid]
     plan += [(_last(GPU_REQUESTS, step), "kube_pod_container_resource_requests", g) for g in grid
              if "kube_pod_container_resource_requests" in names]
-    # capacity, MIG layout, time-slicing capacity: the last value in the window, one instant query each
+    # capacity, MIG layout, topology, time-slicing capacity: the last value in the window, one instant query each
     last = [(_last(f"{n}{s}", hi - lo + step), n) for n in device for s in shards]
     last += [(_last(q, hi - lo + step), q.split("{")[0]) for q in SHARED_REPLICAS if q.split("{")[0] in names]
     out = []

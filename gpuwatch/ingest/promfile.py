@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from gpuwatch import units
-from gpuwatch.ingest import promframes
+from gpuwatch.ingest import promframes, promframes_topology
 
 _HELP_UNIT = re.compile(r"\(in ([^)]+)\)")
 
@@ -43,10 +43,14 @@ def parse(text: str, *, at: float, source: str = "<text>") -> dict:
     if not text.strip():
         raise PromFileError(f"{source}: empty file: no metrics to load")
     series = to_series(text, at=at, source=source)
-    gpu_series = [s for s in series if s.name in promframes.SAMPLE_FIELDS or s.name in promframes.DEVICE_FIELDS]
+    gpu_names = set(promframes.SAMPLE_FIELDS) | set(promframes.DEVICE_FIELDS) | set(promframes_topology.INFO_NAMES)
+    gpu_series = [s for s in series if s.name in gpu_names]
     if not gpu_series:
         raise PromFileError(f"{source}: no GPU series (DCGM_FI_* or gpuwatch_*): not an exporter's /metrics page")
-    return promframes.build(series, promframes.Context())  # a snapshot: every pod on it is running
+    try:
+        return promframes.build(series, promframes.Context())  # a snapshot: every pod on it is running
+    except promframes_topology.TopologySeriesError as exc:
+        raise PromFileError(f"{source}: {exc}") from exc
 
 
 def to_series(text: str, *, at: float, source: str = "<text>") -> list[promframes.Series]:

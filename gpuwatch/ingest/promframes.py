@@ -23,7 +23,14 @@ from collections.abc import Iterable
 import numpy as np
 
 from gpuwatch import fields
-from gpuwatch.ingest import promframes_health, promframes_pods, promframes_shared, promframes_status
+from gpuwatch.ingest import (
+    promframes_health,
+    promframes_pods,
+    promframes_processes,
+    promframes_shared,
+    promframes_status,
+    promframes_topology,
+)
 from gpuwatch.ingest.series import (
     Context,
     Series,
@@ -60,14 +67,15 @@ def field_key(name: str) -> str:
 
 
 def build(series: Iterable[Series], ctx: Context | None = None) -> dict:
-    """Bundle frames ``devices``, ``samples``, ``pods``, ``nodes``, ``pod_status``, ``health``
-    (model.BUNDLE_COLUMNS) from ``series``."""
+    """Bundle frames ``devices``, ``samples``, ``pods``, ``nodes``, ``pod_status``, ``health``,
+    ``topology``, ``processes`` (model.BUNDLE_COLUMNS) from ``series``."""
     ctx = ctx or Context()
     series = list(series)
     ctx.target_pods = frozenset(ctx.target_pods) | target_pods(series)
     samples = samples_frame(series, ctx)
-    devices = devices_frame(series, ctx.notes)
-    pods = promframes_pods.pods_frame(samples, series, ctx, mig_uuids=_mig_uuids(series))
+    devices = promframes_topology.with_topology(devices_frame(series, ctx.notes), series, ctx.notes)
+    status = promframes_status.pod_status_frame(series, ctx)
+    pods = promframes_status.without_unplaced(promframes_pods.pods_frame(samples, series, ctx, mig_uuids=_mig_uuids(series)), status)
     unplaced = sum(1 for s in series if (s.name in SAMPLE_FIELDS or s.name in DEVICE_FIELDS)
                    and _identity_missing(s.labels))
     if unplaced:
@@ -79,8 +87,10 @@ def build(series: Iterable[Series], ctx: Context | None = None) -> dict:
     samples.attrs["notes"] = list(ctx.notes)
     return {"devices": devices, "samples": _to_datetime(samples, "ts"), "pods": pods,
             "nodes": nodes_frame(series, set(devices["node"].dropna())),
-            "pod_status": _to_datetime(promframes_status.pod_status_frame(series, ctx), "ts"),
-            "health": _to_datetime(promframes_health.health_frame(series, ctx), "ts")}
+            "pod_status": _to_datetime(status, "ts", "created_ts", "scheduled_ts"),
+            "health": _to_datetime(promframes_health.health_frame(series, ctx), "ts"),
+            "topology": promframes_topology.topology_frame(series),
+            "processes": _to_datetime(promframes_processes.processes_frame(series), "ts")}
 
 
 def nodes_frame(series: list, gpu_nodes: set[str]):

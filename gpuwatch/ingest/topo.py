@@ -6,6 +6,12 @@ device; ``X`` on the diagonal. Between two GPUs a cell is ``NV<n>`` (a bonded se
 n: NV1, NV4, NV6, NV12, NV18 ...) or a PCIe path class, best to worst: PIX, PXB, PHB, NODE, SYS.
 Headers may carry terminal escapes (bold/underline); they are stripped. Anything else in a GPU
 pair cell is an error naming the line and column: a guessed link would be a made-up topology.
+
+The matrix names GPUs by index only. ``listing`` reads an ``nvidia-smi -L`` listing in the same
+capture (``GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)``) and ``frames`` turns the matrix into the
+bundle's ``topology`` rows and the devices' ``numa_node`` for one node, GPU index -> UUID from that
+listing, else from the node's devices already in the store (``gpuwatch ingest --from topo.txt
+--node NAME``).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ _ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 _GPU = re.compile(r"^GPU(\d+)$")
 _NVLINK = re.compile(r"^NV(\d+)$")
 _AFFINITY = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+_LISTED = re.compile(r"^GPU (\d+): (.+?) \(UUID: (GPU-[^)\s]+)\)$")
 
 
 class TopoError(DataError):
@@ -116,3 +123,78 @@ def _numa(value: str | None) -> int | None:
     if not value.isdigit():  # a GPU spanning NUMA nodes prints e.g. "0-1": not one node, so unknown
         return None
     return int(value)
+
+
+@dataclass(frozen=True)
+class ListedGpu:
+    """One line of ``nvidia-smi -L``: index, model name (as NVML names it), UUID."""
+
+    index: int
+    model: str
+    uuid: str
+
+
+def has_matrix(text: str) -> bool:
+    """Whether ``text`` holds a ``topo -m`` matrix (a /metrics page or a bundle file never does)."""
+    try:
+        _header_line([_ESCAPE.sub("", line) for line in text.splitlines()], "")
+    except TopoError:
+        return False
+    return True
+
+
+def listing(text: str, *, source: str = "<text>") -> dict[int, ListedGpu]:
+    """GPU index -> its ``nvidia-smi -L`` line, from every such line in ``text`` (captures repeat the
+    listing in several sections); an index listed with two different UUIDs is an error."""
+    out: dict[int, ListedGpu] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        match = _LISTED.match(_ESCAPE.sub("", line).strip())
+        if match is None:
+            continue
+        gpu = ListedGpu(int(match[1]), match[2].strip(), match[3])
+        if out.get(gpu.index, gpu).uuid != gpu.uuid:
+            raise TopoError(f"{source}: line {number}: GPU {gpu.index} is listed as {gpu.uuid} "
+                            f"and as {out[gpu.index].uuid}")
+        out[gpu.index] = gpu
+    return out
+
+
+def frames(parsed: Topology, *, node: str, listed: dict[int, ListedGpu], stored, source: str = "<text>") -> dict:
+    """Bundle frames for ``node``: ``topology`` (every GPU pair of the matrix) and ``devices`` (the
+    GPUs whose NUMA node the matrix knows: the stored rows of that GPU with it set, else a row from
+    the listing). ``stored``: the node's devices in the store (model.BUNDLE_COLUMNS["devices"])."""
+    import pandas as pd
+
+    from gpuwatch.model import BUNDLE_COLUMNS
+
+    uuids = _uuids(parsed, listed, stored, node=node, source=source)
+    links = [(node, uuids[x.gpu], uuids[x.peer], x.link, x.nvlinks) for x in parsed.links]
+    topology = pd.DataFrame(links, columns=list(BUNDLE_COLUMNS["topology"])).astype({"nvlinks": "Int64"})
+    rows = []
+    for gpu in parsed.gpus:
+        if gpu.numa_node is None:
+            continue
+        known = stored[stored["gpu_uuid"] == uuids[gpu.index]]
+        if len(known):
+            rows += [r | {"node": node, "numa_node": gpu.numa_node} for r in known.to_dict("records")]
+        else:
+            listed_gpu = listed[gpu.index]
+            rows.append({"node": node, "gpu_uuid": listed_gpu.uuid, "gpu_index": gpu.index,
+                         "gpu_model": listed_gpu.model, "numa_node": gpu.numa_node})
+    devices = pd.DataFrame(rows, columns=list(BUNDLE_COLUMNS["devices"]))
+    return {"topology": topology, "devices": devices} if rows else {"topology": topology}
+
+
+def _uuids(parsed: Topology, listed: dict[int, ListedGpu], stored, *, node: str, source: str) -> dict[int, str]:
+    """GPU index -> UUID: the capture's own listing first, else the store's whole-GPU rows."""
+    whole = stored[stored["mig_gi_id"].isna() & stored["gpu_index"].notna()]
+    by_index = {int(i): u for i, u in zip(whole["gpu_index"], whole["gpu_uuid"], strict=True)}
+    out = {}
+    for index in sorted({g.index for g in parsed.gpus} | {x.peer for x in parsed.links}):
+        uuid = listed[index].uuid if index in listed else by_index.get(index)
+        if uuid is None:
+            raise TopoError(f"{source}: GPU{index} has no UUID: no 'nvidia-smi -L' line for it in the file and "
+                            f"no device of node {node} with gpu_index {index} in the store (load the node's "
+                            "devices first, or capture 'nvidia-smi -L' with 'topo -m')")
+        out[index] = uuid
+    return out
