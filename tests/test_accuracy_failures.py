@@ -17,7 +17,10 @@ from tests.support.bundles import SAMPLE_DATA, loaded
 
 FLOOR = 0.95
 # truth causes that are decoys: planted so that the finding must NOT report them
-DECOYS = {"gang_stall": {"siblings_started"}, "orphaned_memory": {"below_baseline", "too_short"}}
+DECOYS = {"gang_stall": {"siblings_started"},
+          "orphaned_memory": {"below_baseline", "too_short", "unknown_owner", "host_process_short"}}
+# orphaned_memory's second path (compute processes): its truth causes, and the decoys planted for it
+PROCESS_CAUSES = {"process_of_ended_pod", "host_process", "unknown_owner", "host_process_short"}
 
 
 @pytest.fixture(scope="module", params=["sample_data", "seed 1"])
@@ -47,7 +50,7 @@ def _keys(finding: str, frame: pd.DataFrame) -> set[tuple]:
         return {(r.namespace, r.pod, r.cause) for r in frame.itertuples()}
     if finding == "unhealthy_gpu":
         return {(r.node, r.gpu_uuid, r.severity) for r in frame.itertuples() if r.pods}
-    return {(r.node, r.gpu_uuid, _gi(r.mig_gi_id)) for r in frame.itertuples()}
+    return {(r.node, r.gpu_uuid, _gi(r.mig_gi_id), r.cause != "no_pod_allocated") for r in frame.itertuples()}
 
 
 def _truth(finding: str, truth: pd.DataFrame) -> tuple[set[tuple], set[tuple]]:
@@ -65,7 +68,7 @@ def _truth(finding: str, truth: pd.DataFrame) -> tuple[set[tuple], set[tuple]]:
             return (r.namespace, r.pod, r.cause)
         if finding == "unhealthy_gpu":
             return (r.node, r.gpu_uuid, r.cause)
-        return (r.node, r.gpu_uuid, _gi(r.mig_gi_id))
+        return (r.node, r.gpu_uuid, _gi(r.mig_gi_id), r.cause in PROCESS_CAUSES)
     return {key(r) for r in rows[~decoy].itertuples()}, {key(r) for r in rows[decoy].itertuples()}
 
 

@@ -71,7 +71,9 @@ def test_every_failure_mode_and_decoy_is_planted(fleet):
                        ("mig_mismatch", "gpu_memory"), ("mig_mismatch", "host_memory"),
                        ("unhealthy_gpu", "hardware"), ("unhealthy_gpu", "application"),
                        ("orphaned_memory", "leaked"), ("orphaned_memory", "ghost_pod"),
-                       ("orphaned_memory", "below_baseline"), ("orphaned_memory", "too_short")}
+                       ("orphaned_memory", "below_baseline"), ("orphaned_memory", "too_short"),
+                       ("orphaned_memory", "process_of_ended_pod"), ("orphaned_memory", "host_process"),
+                       ("orphaned_memory", "unknown_owner"), ("orphaned_memory", "host_process_short")}
     assert len(_rows(fleet, "mig_mismatch", "gpu_memory")) == 3 and len(_rows(fleet, "unhealthy_gpu", "hardware")) == 3
     assert all(tuple(r) == FAILURE_COLUMNS for r in fleet.failures)
 
@@ -157,6 +159,8 @@ def test_orphaned_memory_and_its_decoys(fleet):
     ended = {(s.device, s.end) for s in fleet.segments if s.pod is not None}
     for row in _rows(fleet, "orphaned_memory"):
         d = _device_index(fleet, row)
+        if row["cause"] in ("process_of_ended_pod", "host_process", "unknown_owner", "host_process_short"):
+            continue  # the processes path: test_leaked_processes_are_held_on_gpus_allocated_again
         if row["cause"] == "ghost_pod":
             index, pod = _pod(fleet, row["namespace"], row["pod"])
             assert _states(fleet, pod.pod)[-1]["phase"] == "Succeeded"
@@ -265,3 +269,23 @@ def _merged(spans):
 
 def _per_row(values: dict) -> list[tuple]:
     return list(zip(*(np.nan_to_num(v, nan=-1.0) for v in values.values()), strict=True))
+
+
+def test_leaked_processes_are_held_on_gpus_allocated_again(fleet):
+    """The processes path's truth holds by the fleet's own rows: the leaking process's pod ended before
+    its readings while another pod holds the GPU; the unknown-owner decoy has no in_pod."""
+    pods = {p.pod_uid: p for p in fleet.pods}
+    by_device: dict[str, list[dict]] = {}
+    for row in fleet.processes:
+        by_device.setdefault(row["gpu_uuid"], []).append(row)
+    for row in [r for r in fleet.failures if r["cause"] in ("process_of_ended_pod", "host_process", "unknown_owner")]:
+        rows = by_device[row["gpu_uuid"]]
+        live = [p for p in fleet.pods if row["gpu_uuid"] in p.device_ids]
+        leaks = [r for r in rows if r["in_pod"] != 1 or (r["pod_uid"] in pods and pods[r["pod_uid"]].end_ts <= r["ts"])]
+        assert leaks, row
+        for r in leaks:  # another pod holds the GPU at every leaked reading
+            assert any(p.start_ts <= r["ts"] < (p.end_ts or fleet.end) for p in live), (row, r)
+        if row["cause"] == "unknown_owner":
+            assert {r["in_pod"] for r in leaks} == {None}
+        if row["cause"] == "process_of_ended_pod":
+            assert {pods[r["pod_uid"]].pod for r in leaks} == {row["pod"]}

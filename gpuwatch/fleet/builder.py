@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from gpuwatch.fleet import lifecycle
+from gpuwatch.fleet import lifecycle, topology_plant
 from gpuwatch.fleet.catalog import (
     COST_CENTERS,
     DEFAULT_START,
@@ -28,12 +28,15 @@ from gpuwatch.model import Device, Pod
 
 
 def build_fleet(*, gpus: int = 64, seed: int = 0, start: float = DEFAULT_START, days: float = 7.0,
-                failures: bool = False) -> Fleet:
+                failures: bool = False, topology: bool = False) -> Fleet:
     """A fleet of ``gpus`` GPUs on 8-GPU nodes (H100 and A100; MIG, time-sliced and whole GPUs).
 
     ``failures``: also plant the five failure modes (gpuwatch.fleet.failures) on time the fleet
     leaves unallocated, with their own random generator: every pod, segment and truth row of the
     fleet without them is kept as it is.
+    ``topology``: give every node its interconnect layout and NUMA nodes, and append extra nodes (8x
+    L40S PCIe servers, an HGX H100, a GB200 NVL72 rack) with placement, spread and pending workloads
+    (gpuwatch.fleet.topology_plant), their own random generator again; truth rows gain ``topology``.
     """
     builder = _Builder(seed=seed, start=start, end=start + days * 86400.0)
     for node_index in range(math.ceil(gpus / 8)):
@@ -42,7 +45,8 @@ def build_fleet(*, gpus: int = 64, seed: int = 0, start: float = DEFAULT_START, 
                    for row in lifecycle.completed(pod, observed_from=start, job=lifecycle.job_of(pod)))
     fleet = Fleet(seed, builder.start, builder.end, tuple(builder.devices), tuple(builder.pods),
                   tuple(builder.segments), tuple(builder.truth), pod_status=status)
-    return inject(fleet) if failures else fleet
+    fleet = inject(fleet) if failures else fleet
+    return topology_plant.plant(fleet) if topology else fleet
 
 
 class _Builder:

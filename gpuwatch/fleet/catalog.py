@@ -15,21 +15,48 @@ from gpuwatch.units import MIB
 # H100: the idle and gpu-burn captures in shared/data/real/nvidia_smi_captures (driver 590). A100:
 # public nvidia-smi -q captures of A100-SXM4-80GB nodes (driver 555: idle 210/1593 MHz, max 1410,
 # idle die 25 C / HBM 43 C), and for load NVIDIA's dcgm-exporter doc scrape of a busy A100 40GB
-# (die 61 C / HBM 69 C).
+# (die 61 C / HBM 69 C). ``nvlinks``: NVLinks per GPU (NVIDIA's datasheets; 0: PCIe only, no NVLink traffic).
+# The models below appear only with build_fleet(topology=True) (gpuwatch.fleet.topology_plant):
+# L40S: the capture in shared/data/real/nvidia_smi_captures (driver 595: 46068 MiB, 350 W limit, idle
+# 210 MHz SM / 405 MHz memory and ~37 W once settled, max 2520 / 9001 MHz; memory temperature N/A: GDDR6,
+# no sensor); 142 SMs, no MIG. GB200: public nvidia-smi tables of GB200 NVL72 trays (189471 MiB, 1200 W
+# cap, ~160 W idle at P0), 152 SMs at up to 2062 MHz; its idle SM clock and HBM3e memory clock were not
+# captured (assumed: H100's idle 345 MHz, 3996 MHz memory), nor its memory temperature (none simulated);
+# MIG-capable, but the simulator never partitions it.
 GPU_SPECS: dict[str, dict] = {
     "NVIDIA H100 80GB HBM3": {"fb": 81559 * MIB, "sms": 132, "idle_w": 70.0, "tdp_w": 700.0, "mig": "10gb",
                               "sm_clock_mhz": (345, 1980), "mem_clock_mhz": (2619, 2619),
-                              "hbm_temp_c": ((41, 48), (63, 58))},
+                              "hbm_temp_c": ((41, 48), (63, 58)), "nvlinks": 18},
     "NVIDIA A100-SXM4-80GB": {"fb": 81920 * MIB, "sms": 108, "idle_w": 55.0, "tdp_w": 400.0, "mig": "10gb",
                               "sm_clock_mhz": (210, 1410), "mem_clock_mhz": (1593, 1593),
-                              "hbm_temp_c": ((25, 43), (61, 69))},
+                              "hbm_temp_c": ((25, 43), (61, 69)), "nvlinks": 12},
+    "NVIDIA L40S": {"fb": 46068 * MIB, "sms": 142, "idle_w": 37.0, "tdp_w": 350.0, "mig": None,
+                    "sm_clock_mhz": (210, 2520), "mem_clock_mhz": (405, 9001), "nvlinks": 0},
+    "NVIDIA GB200": {"fb": 189471 * MIB, "sms": 152, "idle_w": 160.0, "tdp_w": 1200.0, "mig": None,
+                     "sm_clock_mhz": (345, 2062), "mem_clock_mhz": (3996, 3996), "nvlinks": 18},
 }
 
 
-PRICES_USD_PER_GPU_HOUR = {"NVIDIA H100 80GB HBM3": 4.10, "NVIDIA A100-SXM4-80GB": 2.20}
+# On-demand list prices per GPU-hour. L40S: CoreWeave's 8x L40S node at $18.00/h (2025; AWS g6e.xlarge,
+# one L40S, lists $1.861/h in us-east-1); GB200: CoreWeave's GB200 NVL72 instance at $42.00/h for its
+# 4 GPUs (2025). Plausible figures for a simulation, not quotes.
+PRICES_USD_PER_GPU_HOUR = {"NVIDIA H100 80GB HBM3": 4.10, "NVIDIA A100-SXM4-80GB": 2.20, "NVIDIA L40S": 2.25,
+                           "NVIDIA GB200": 10.50}
 # Node labels as kube-state-metrics names them: each model's cloud instance type; every simulated node
-# is on-demand capacity (a spot price would not apply to any).
-INSTANCE_TYPES = {"NVIDIA H100 80GB HBM3": "p5.48xlarge", "NVIDIA A100-SXM4-80GB": "p4de.24xlarge"}
+# is on-demand capacity (a spot price would not apply to any). g6e.48xlarge: 8x L40S; p6e-gb200.36xlarge:
+# one 4-GPU tray of a GB200 NVL72 UltraServer.
+INSTANCE_TYPES = {"NVIDIA H100 80GB HBM3": "p5.48xlarge", "NVIDIA A100-SXM4-80GB": "p4de.24xlarge",
+                  "NVIDIA L40S": "g6e.48xlarge", "NVIDIA GB200": "p6e-gb200.36xlarge"}
+# The node label GPU Feature Discovery sets to the GPU's product name (nvidia.com/gpu.product), and
+# pending pods select on, as kube-state-metrics names it (kube_node_labels, kube_pod_nodeselectors):
+# the bundle's nodes and node_selector keys are KSM's, like every other node label the simulator writes.
+GPU_PRODUCT_LABEL = "nvidia_com_gpu_product"
+
+
+def gpu_product(model: str) -> str:
+    """GPU Feature Discovery's product label value: the model name with spaces replaced by "-"
+    ("NVIDIA H100 80GB HBM3" -> "NVIDIA-H100-80GB-HBM3")."""
+    return model.replace(" ", "-")
 
 
 # MIG profile id -> (name on the simulated 80 GB GPUs, compute slices, memory slices); the slice
@@ -139,6 +166,11 @@ class Fleet:
     health: tuple[dict, ...] = ()
     # ground truth of the planted failure modes, FAILURE_COLUMNS
     failures: tuple[dict, ...] = ()
+    # GPU-to-GPU links, model.BUNDLE_COLUMNS["topology"] (one row per unordered pair)
+    topology: tuple[dict, ...] = ()
+    # GPU compute processes and their pods, model.BUNDLE_COLUMNS["processes"] (only where a failure mode
+    # plants them: the simulator does not model every process of every pod)
+    processes: tuple[dict, ...] = ()
 
     def nodes(self) -> list[str]:
         return sorted({d.node for d in self.devices})

@@ -1,5 +1,7 @@
 """`gpuwatch simulate`: write a bundle (docs/architecture.md#data-contract) for a synthetic fleet, plus its
-ground truth: ``truth.csv`` (each pod's behaviour) and ``failures.csv`` (the planted failure modes).
+ground truth: ``truth.csv`` (each pod's behaviour, and its topology verdict) and ``failures.csv`` (the
+planted failure modes). With topology (the default) the bundle carries every node's GPU links
+(``topology``), NUMA nodes and NVLink cliques, and the pods left Pending (docs/architecture.md#topology).
 
 Samples stream segment by segment (workloads.iter_samples) into Parquet row groups or appended
 CSV chunks, so 1,024 GPUs x 7 days x 30 s (20.6M rows) and 10,240-GPU fleets fit in memory.
@@ -16,6 +18,7 @@ import numpy as np
 
 from gpuwatch import fleet as workloads
 from gpuwatch import units
+from gpuwatch.fleet.catalog import GPU_PRODUCT_LABEL, gpu_product
 from gpuwatch.fleet.sinks import ROW_GROUP_ROWS, CsvSink, ParquetSink
 from gpuwatch.model import BUNDLE_COLUMNS, TRUTH_COLUMNS
 
@@ -36,11 +39,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="format of the files other than samples (default: same as --format)")
     parser.add_argument("--failures", action=argparse.BooleanOptionalAction, default=True,
                         help="plant the five failure modes, ground truth in failures.csv (default: %(default)s)")
+    parser.add_argument("--topology", action=argparse.BooleanOptionalAction, default=True,
+                        help="give every node its GPU interconnect layout and add the topology nodes and workloads "
+                             "(misplaced, spread and pending pods; truth.csv's topology column) (default: %(default)s)")
 
 
 def run(args: argparse.Namespace) -> int:
     fleet = workloads.build_fleet(gpus=args.gpus, seed=args.seed, start=args.start, days=args.days,
-                                  failures=args.failures)
+                                  failures=args.failures, topology=args.topology)
     counts = write_bundle(fleet, Path(args.out), step=args.step, fmt=args.format,
                           small_fmt=args.small_format or args.format)
     print(f"wrote {args.out}: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()))
@@ -56,7 +62,9 @@ def write_bundle(fleet: workloads.Fleet, out: Path, *, step: float = 60.0, fmt: 
     small_fmt = small_fmt or fmt
     small = {"devices": devices_frame(fleet), "pods": pods_frame(fleet, fmt=small_fmt), "prices": prices_frame(),
              "teams": teams_frame(), "nodes": nodes_frame(fleet), "pod_status": pod_status_frame(fleet, fmt=small_fmt),
-             "health": health_frame(fleet, fmt=small_fmt)}
+             "health": health_frame(fleet, fmt=small_fmt), "topology": topology_frame(fleet)}
+    if fleet.processes:  # the simulator models processes only where a failure mode plants them
+        small["processes"] = processes_frame(fleet, fmt=small_fmt)
     for name, frame in small.items():
         _write_small(frame, out / f"{name}.{small_fmt}")
     pd.DataFrame(fleet.truth, columns=list(TRUTH_COLUMNS)).to_csv(out / "truth.csv", index=False)
@@ -84,10 +92,19 @@ def devices_frame(fleet: workloads.Fleet):
             rows.append({**device.bundle_row(), **dict.fromkeys(MIG_COLUMNS)})
         rows.append(device.bundle_row())
     frame = pd.DataFrame(rows, columns=list(BUNDLE_COLUMNS["devices"]))
-    for column in MIG_COLUMNS:
+    for column in (*MIG_COLUMNS, "numa_node"):
         if column != "mig_profile":
             frame[column] = frame[column].astype("Int64")
     return frame
+
+
+def topology_frame(fleet: workloads.Fleet):
+    """One row per GPU pair of each node (empty without topology: unknown, never guessed)."""
+    import pandas as pd
+
+    frame = pd.DataFrame(list(fleet.topology), columns=list(BUNDLE_COLUMNS["topology"]))
+    return frame.astype({"node": "string", "gpu_uuid": "string", "peer_gpu_uuid": "string", "link": "string",
+                         "nvlinks": "Int64"})
 
 
 def pods_frame(fleet: workloads.Fleet, *, fmt: str):
@@ -104,8 +121,10 @@ def pod_status_frame(fleet: workloads.Fleet, *, fmt: str):
     import pandas as pd
 
     frame = pd.DataFrame(list(fleet.pod_status), columns=list(BUNDLE_COLUMNS["pod_status"]))
-    frame["ts"] = _stamps(frame["ts"], fmt=fmt)
-    return frame.astype({"restarts": "Int64", "last_exit_code": "Int64", "gpu_request": "float64"})
+    for column in ("ts", "created_ts", "scheduled_ts"):
+        frame[column] = _stamps(frame[column], fmt=fmt)
+    return frame.astype({"restarts": "Int64", "last_exit_code": "Int64", "gpu_request": "float64",
+                         "unschedulable": "Int64", "gpu_resource": "string", "node_selector": "string"})
 
 
 def health_frame(fleet: workloads.Fleet, *, fmt: str):
@@ -114,6 +133,15 @@ def health_frame(fleet: workloads.Fleet, *, fmt: str):
     frame = pd.DataFrame(list(fleet.health), columns=list(BUNDLE_COLUMNS["health"]))
     frame["ts"] = _stamps(frame["ts"], fmt=fmt)
     return frame.astype({"node": "string", "gpu_uuid": "string", "kind": "string", "code": "Int64"})
+
+
+def processes_frame(fleet: workloads.Fleet, *, fmt: str):
+    import pandas as pd
+
+    frame = pd.DataFrame(list(fleet.processes), columns=list(BUNDLE_COLUMNS["processes"]))
+    frame["ts"] = _stamps(frame["ts"], fmt=fmt)
+    return frame.astype({"node": "string", "gpu_uuid": "string", "mig_gi_id": "Int64", "pid": "Int64",
+                         "pod_uid": "string", "in_pod": "Int64"})
 
 
 def _stamps(column, *, fmt: str):
@@ -132,14 +160,16 @@ def prices_frame():
 
 
 def nodes_frame(fleet: workloads.Fleet):
-    """Each node's labels (kube-state-metrics names): its instance type and on-demand capacity."""
+    """Each node's labels (kube-state-metrics names): its instance type, on-demand capacity, and GPU
+    Feature Discovery's GPU product (what pending pods' node selectors name)."""
     import json
 
     import pandas as pd
 
     models = {d.node: d.gpu_model for d in fleet.devices}
     rows = [(node, json.dumps({"karpenter_sh_capacity_type": "on-demand",
-                               "node_kubernetes_io_instance_type": workloads.INSTANCE_TYPES[models[node]]},
+                               "node_kubernetes_io_instance_type": workloads.INSTANCE_TYPES[models[node]],
+                               GPU_PRODUCT_LABEL: gpu_product(models[node])},
                               sort_keys=True)) for node in fleet.nodes()]
     return pd.DataFrame(rows, columns=list(BUNDLE_COLUMNS["nodes"]))
 

@@ -126,6 +126,7 @@ def orphaned_memory(plant: Planter) -> None:
                      fb_bytes=_orphan_bytes(plant, device, cause=cause))
         plant.fail("orphaned_memory", cause, device=device)
     _ghost(plant, whole)
+    _leaked_processes(plant, whole)
 
 
 def _orphan_bytes(plant: Planter, device: int, *, cause: str) -> float:
@@ -155,3 +156,34 @@ def _ghost(plant: Planter, whole: list[int]) -> None:
     job = plant.get(pod).owner_name
     plant.status += lifecycle.completed(plant.get(pod), observed_from=plant.base.start, job=job)
     plant.fail("orphaned_memory", "ghost_pod", device=device, pod=pod, job=job)
+
+
+def _leaked_processes(plant: Planter, whole: list[int]) -> None:
+    """Orphaned memory on GPUs that are allocated again (the exporter's processes with --proc-root): a
+    Job's process keeps 2-20 GiB for 40-90 min after its pod ended while the next Job runs on the GPU
+    (process_of_ended_pod), and a process in no pod's cgroup holds memory for 30-60 min (host_process);
+    decoys: a process whose cgroup could not be read (never judged) and a host process for 8 minutes."""
+    for cause in ("process_of_ended_pod", "host_process", "unknown_owner", "host_process_short"):
+        first, second = plant.uniform(HOUR, 2 * HOUR), plant.uniform(2 * HOUR, 3 * HOUR)
+        span = plant.pick(plant.free.find(whole, first + second))
+        if span is None:
+            continue
+        device, lo, hi = span
+        start = plant.start_in((lo, hi), first + second)
+        ended = plant.pod([device], start, start + first, stem="train", behavior="productive")
+        after = plant.pod([device], start + first, start + first + second, stem="train", behavior="productive")
+        for pod, (a, b) in ((ended, (start, start + first)), (after, (start + first, start + first + second))):
+            plant.occupy(device, (a, b), pod=pod, kind="training", behavior="productive",
+                         fb_frac=float(plant.rng.uniform(0.2, 0.4)))
+            plant.status += lifecycle.completed(plant.get(pod), observed_from=plant.base.start,
+                                                job=plant.get(pod).owner_name)
+            plant.process(device, (a, b), pid=int(plant.rng.integers(2_000, 4_000_000)),
+                          fb_bytes=0.2 * plant.devices[device].fb_total_bytes, pod_uid=plant.get(pod).pod_uid, in_pod=1)
+        held = {"process_of_ended_pod": (40 * MINUTE, 90 * MINUTE), "host_process": (30 * MINUTE, HOUR),
+                "unknown_owner": (HOUR, HOUR), "host_process_short": (8 * MINUTE, 8 * MINUTE)}[cause]
+        leak = (start + first, start + first + plant.uniform(*held))
+        owner = {"process_of_ended_pod": (plant.get(ended).pod_uid, 1), "unknown_owner": (None, None)}.get(cause, (None, 0))
+        plant.process(device, leak, pid=int(plant.rng.integers(2_000, 4_000_000)),
+                      fb_bytes=_orphan_bytes(plant, device, cause="leaked"), pod_uid=owner[0], in_pod=owner[1])
+        plant.fail("orphaned_memory", cause, device=device, pod=ended if cause == "process_of_ended_pod" else None,
+                   job=plant.get(ended).owner_name if cause == "process_of_ended_pod" else None)

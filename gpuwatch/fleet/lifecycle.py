@@ -32,29 +32,45 @@ def latency(pod_uid: str) -> float:
 
 
 class Rows:
-    """Row maker for one pod (container): ``rows.add(ts, phase, ...)``, then ``rows.out``."""
+    """Row maker for one pod (container): ``rows.add(ts, phase, ...)``, then ``rows.out``.
 
-    def __init__(self, namespace: str, pod: str, *, container: str = "main", job: str | None, gpu_request: float):
+    Every row carries the pod's creation time (kube_pod_created), its scheduling time from the row that
+    binds it on (kube_pod_status_scheduled_time), whether the scheduler had marked it unschedulable
+    (0 unless a Pending row says so), its GPU resource and node selector (JSON text or None)."""
+
+    def __init__(self, namespace: str, pod: str, *, container: str = "main", job: str | None, gpu_request: float,
+                 gpu_resource: str | None = "nvidia.com/gpu", node_selector: str | None = None,
+                 created: float | None = None):
         self.key = {"namespace": namespace, "pod": pod, "container": container}
         self.job, self.gpu_request, self.out = job, gpu_request, []
+        self.static = {"gpu_resource": gpu_resource, "node_selector": node_selector}
+        self.created_ts, self.scheduled_ts = created, None
 
     @classmethod
     def of(cls, pod: Pod, *, job: str | None) -> Rows:
-        return cls(pod.namespace, pod.pod, container=pod.container, job=job, gpu_request=pod.gpu_count)
+        return cls(pod.namespace, pod.pod, container=pod.container, job=job, gpu_request=pod.gpu_count,
+                   gpu_resource=pod.gpu_resource, created=pod.start_ts - latency(pod.pod_uid))
 
     def add(self, ts: float, phase: str, *, restarts: int = 0, reason: str | None = None,
-            exit_code: int | None = None, waiting: str | None = None) -> Rows:
+            exit_code: int | None = None, waiting: str | None = None, bound: bool = False,
+            unschedulable: int | None = 0) -> Rows:
+        """A state change at ``ts``; a Running row (or ``bound``: placed, not yet running) schedules the pod."""
+        if self.scheduled_ts is None and (phase == "Running" or bound):
+            self.scheduled_ts = float(ts)
         row = {"ts": float(ts), **self.key, "phase": phase, "restarts": restarts, "last_terminated_reason": reason,
                "last_exit_code": exit_code, "waiting_reason": waiting, "job": self.job,
-               "gpu_request": self.gpu_request}
+               "gpu_request": self.gpu_request, "created_ts": self.created_ts, "scheduled_ts": self.scheduled_ts,
+               "unschedulable": unschedulable, **self.static}
         self.out.append({name: row[name] for name in BUNDLE_COLUMNS["pod_status"]})
         return self
 
     def created(self, pod: Pod, *, observed_from: float, at: float | None = None) -> Rows:
         """Pending from its creation (``at``, else a latency before it starts), unless the trace opens
         on it already started."""
+        if at is not None:
+            self.created_ts = float(at)
         if pod.start_ts > observed_from:
-            self.add(pod.start_ts - latency(pod.pod_uid) if at is None else at, "Pending")
+            self.add(self.created_ts, "Pending")
         return self
 
 
@@ -90,9 +106,25 @@ def crash_loop(pod: Pod, runs: Sequence[tuple[float, float]], *, observed_from: 
 def create_error(pod: Pod, *, observed_from: float, job: str | None) -> list[dict]:
     """A pod bound to its node (GPUs allocated) whose container cannot be created; deleted at its end."""
     rows = Rows.of(pod, job=job).created(pod, observed_from=observed_from)
-    return rows.add(pod.start_ts, "Pending", waiting="CreateContainerError").add(pod.end_ts, "Failed").out
+    return rows.add(pod.start_ts, "Pending", waiting="CreateContainerError", bound=True).add(pod.end_ts, "Failed").out
 
 
 def never_scheduled(namespace: str, pod: str, *, since: float, until: float, job: str, gpu_request: float) -> list[dict]:
-    """A pod Pending from ``since`` (no node has room) until its job is deleted at ``until``."""
-    return Rows(namespace, pod, job=job, gpu_request=gpu_request).add(since, "Pending").add(until, "Failed").out
+    """A pod Pending from ``since`` (no node has room) until its job is deleted at ``until``; whether
+    the scheduler marked it unschedulable is not said (empty)."""
+    rows = Rows(namespace, pod, job=job, gpu_request=gpu_request, created=since)
+    return rows.add(since, "Pending", unschedulable=None).add(until, "Failed", unschedulable=None).out
+
+
+def unschedulable(namespace: str, pod: str, *, created: float, job: str, gpu_request: float, node_selector: str,
+                  scheduled: Pod | None) -> list[dict]:
+    """A pod the scheduler marks unschedulable from its creation (Pending, ``unschedulable`` 1) until
+    ``scheduled`` (the pod it became, placed at its start_ts) runs, completing at its end; with no
+    ``scheduled`` it stays Pending to the trace's end."""
+    rows = Rows(namespace, pod, job=job, gpu_request=gpu_request, node_selector=node_selector, created=created)
+    rows.add(created, "Pending", unschedulable=1)
+    if scheduled is not None:
+        rows.add(scheduled.start_ts, "Running")
+        if scheduled.end_ts is not None:
+            rows.add(scheduled.end_ts, "Succeeded", reason="Completed", exit_code=0)
+    return rows.out

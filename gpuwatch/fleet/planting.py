@@ -74,6 +74,7 @@ class Planter:
         self.status: list[dict] = []
         self.health: list[dict] = []
         self.failures: list[dict] = []
+        self.processes: list[dict] = []
 
     def whole(self) -> list[int]:
         """Whole, unshared GPUs on nodes no other failure mode owns."""
@@ -147,6 +148,16 @@ class Planter:
         d = self.devices[device]
         self.health.append({"ts": float(ts), "node": d.node, "gpu_uuid": d.gpu_uuid, "kind": kind, "code": code})
 
+    def process(self, device: int, span: tuple[float, float], *, pid: int, fb_bytes: float,
+                pod_uid: str | None, in_pod: int | None, every: float = 60.0) -> None:
+        """A compute process on ``device`` holding ``fb_bytes`` over ``span``, read every ``every``
+        seconds (the exporter's --proc-root series): in pod ``pod_uid`` (in_pod 1), no pod (0), or
+        its cgroup unreadable (None)."""
+        d, (lo, hi) = self.devices[device], span
+        for ts in np.arange(np.ceil(lo / every) * every, hi, every):
+            self.processes.append({"ts": float(ts), "node": d.node, "gpu_uuid": d.gpu_uuid, "mig_gi_id": d.mig_gi_id,
+                                   "pid": pid, "pod_uid": pod_uid, "in_pod": in_pod, "fb_used_bytes": float(fb_bytes)})
+
     def fail(self, finding: str, cause: str, *, device: int | None = None, node: str | None = None,
              pod: int | None = None, job: str | None = None, namespace: str | None = None) -> None:
         """One failures.csv row: the finding, its key, and the cause."""
@@ -168,7 +179,8 @@ class Planter:
             base, devices=tuple(self.devices), pods=base.pods + tuple(self.pods), segments=tuple(segments),
             truth=base.truth + tuple(self.truth), pod_status=base.pod_status + tuple(self.status),
             health=tuple(sorted(self.health, key=lambda e: (e["ts"], e["node"], e["gpu_uuid"]))),
-            failures=tuple(self.failures))
+            failures=tuple(self.failures),
+            processes=tuple(sorted(self.processes, key=lambda p: (p["ts"], p["node"], p["gpu_uuid"], p["pid"]))))
 
 
 def _carve(segments, taken: dict[int, list[tuple[float, float]]], *, empty_bytes) -> list[Segment]:

@@ -26,7 +26,8 @@ def signals(fleet: Fleet, segment: Segment, ts: np.ndarray) -> dict[str, np.ndar
     cols["fb_used_bytes"] = np.round(held * (0.985 + 0.015 * u[5]) / MIB) * MIB
     activity = np.nan_to_num(cols["sm_active"], nan=cols["gpu_util"].mean() if len(ts) else 0.0)
     cols["power_watts"] = spec["idle_w"] + (spec["tdp_w"] - spec["idle_w"]) * np.minimum(activity, 1.0) * 0.85
-    link = 2.0e10 * (0.5 + 0.5 * u[4]) * (cols["sm_active"] > 0.2) if segment.multi_gpu else 0.0 * ones
+    talks = segment.multi_gpu and spec["nvlinks"] > 0  # PCIe-only boards (L40S) carry no NVLink traffic
+    link = 2.0e10 * (0.5 + 0.5 * u[4]) * (cols["sm_active"] > 0.2) if talks else 0.0 * ones
     cols["nvlink_tx_bytes_per_second"] = link
     cols["nvlink_rx_bytes_per_second"] = link
     return _finish(cols, device=device, segment=segment)
