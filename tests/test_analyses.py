@@ -152,3 +152,25 @@ def test_windows_holding_the_same_data_give_the_same_savings(sample):
     fortnight = findings(con, wider, only=("recommendations",))["recommendations"]
     columns = ["id", "monthly_savings_usd", "monthly_waste_usd", "basis"]
     pd.testing.assert_frame_equal(week[columns], fortnight[columns])
+
+
+def test_rightsizing_offers_mig_profiles_only_on_mig_capable_models():
+    """A small pod on a whole L40S (no MIG) or an unknown model gets no MIG profile; on an H100 it does."""
+    import pandas as pd
+
+    from gpuwatch import store
+    from gpuwatch.analyses.params import params
+
+    t0 = pd.Timestamp("2026-11-09")
+    models = {"GPU-h": "NVIDIA H100 80GB HBM3", "GPU-l": "NVIDIA L40S", "GPU-x": "Mystery Accelerator"}
+    devices = [{"node": "n1", "gpu_uuid": g, "gpu_model": m, "fb_total_bytes": 80 * 2**30} for g, m in models.items()]
+    pods = [{"namespace": "ns", "pod": f"p-{g[-1]}", "node": "n1", "gpu_count": 1.0, "device_ids": g,
+             "start_ts": t0, "gpu_resource": "nvidia.com/gpu"} for g in models]
+    samples = [{"ts": t0 + pd.Timedelta(minutes=m), "node": "n1", "gpu_uuid": g, "namespace": "ns", "pod": f"p-{g[-1]}",
+                "gpu_util": 0.3, "sm_active": 0.1, "fb_used_bytes": 4 * 2**30} for g in models for m in range(240)]
+    prices = [{"gpu_model": m, "usd_per_gpu_hour": 2.0} for m in models.values()]
+    con = store.connect(None)
+    store.load(con, {"devices": pd.DataFrame(devices), "pods": pd.DataFrame(pods), "samples": pd.DataFrame(samples),
+                     "prices": pd.DataFrame(prices)}, source="test")
+    frame = analyses.run(con, "rightsizing", **params(t0, t0 + pd.Timedelta(days=1)))
+    assert frame["pod"].tolist() == ["p-h"] and frame["profile"].tolist() == ["1g.10gb"]

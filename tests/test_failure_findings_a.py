@@ -8,6 +8,7 @@ driver_drift (blamed version, evenly spread failures, too few failures, one vers
 from __future__ import annotations
 
 import itertools
+import json
 import statistics
 
 import pandas as pd
@@ -16,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuwatch import analyses, store
-from gpuwatch.analyses.params import DEFAULTS, params
+from gpuwatch.analyses.params import DEFAULTS, OPTIONS, params
 
 T0 = pd.Timestamp("2026-11-09T00:00:00")
 H, MIN = pd.Timedelta(hours=1), pd.Timedelta(minutes=1)
@@ -70,7 +71,7 @@ def _unhealthy_store():
     # the kubelet still lists the ended pod on GPU-b: not a hold
     samples += [{**row, "namespace": "ns-a"} for row in _series("GPU-b", range(240, 300), pod="old")]
     events = [("GPU-a", "xid", 13, 1), ("GPU-a", "xid", 79, 2), ("GPU-a", "xid", 79, 3), ("GPU-a", "xid", 79, -1),
-              ("GPU-b", "ecc_dbe", 2, 4), ("GPU-m", "lost", None, 2), ("GPU-c", "xid", 48, 1), ("GPU-a", "xid", 999, 5)]
+              ("GPU-b", "ecc_dbe", 2, 4), ("GPU-b", "ecc_dbe", 3, 6), ("GPU-m", "lost", None, 2), ("GPU-c", "xid", 48, 1), ("GPU-a", "xid", 999, 5)]
     health = [{"ts": T0 + h * H, "node": "n2" if g == "GPU-c" else "n1", "gpu_uuid": g, "kind": k, "code": c}
               for g, k, c, h in events]
     return _store(devices=devices, pods=pods, samples=samples, health=health, prices=PRICES)
@@ -86,7 +87,7 @@ def test_unhealthy_gpu_rows_holders_and_cost_at_risk():
         ("GPU-c", "xid", 48, "hardware", 1, "ns-c/job", "ns-c", None),            # held, unpriced: never $0
         ("GPU-a", "xid", 79, "hardware", 2, held_a, "alpha,beta", 32.00),         # 8 h x $4 (event before window out)
         ("GPU-m", "lost", None, "hardware", 1, "ns-m/infer,ns-m/legacy", "ns-m", 7.50),  # to T0+5h: 3 h x $2.50
-        ("GPU-b", "ecc_dbe", 2, "hardware", 1, "", "", 0.00),                    # unallocated after the event
+        ("GPU-b", "ecc_dbe", 5, "hardware", 2, "", "", 0.00),   # one row: 2 events, 5 double-bit errors; unallocated
         ("GPU-a", "xid", 999, "unknown", 1, held_a, "alpha,beta", 20.00),         # 5 h x $4
         ("GPU-a", "xid", 13, "application", 1, held_a, "alpha,beta", 36.00),      # 9 h x $4
     ]
@@ -186,6 +187,43 @@ def test_orphaned_memory_matches_a_brute_force_scan(ticks, mig, ended_minute, mi
     assert ((frame["until"] - frame["since"]).dt.total_seconds() == frame["seconds"]).all()
 
 
+def test_orphaned_memory_from_processes_of_ended_pods_and_host_processes():
+    """The second path: NVML compute processes joined to pods through their cgroup (stg_processes)."""
+    devices = [{"node": "n1", "gpu_uuid": g, "gpu_model": "H100", "fb_total_bytes": 80 * GIB} for g in ("GPU-x", "GPU-y", "GPU-a")]
+    pods = [_pod("ns", "done", "n1", "GPU-x", T0, T0 + 30 * MIN, pod_uid="uid-done"),
+            _pod("ns", "next", "n1", "GPU-x", T0 + 30 * MIN, pod_uid="uid-next"),
+            _pod("ns", "leaker", "n1", "GPU-a", T0, T0 + H, pod_uid="uid-leaker"),
+            _pod("ns", "live", "n1", "GPU-y", T0, pod_uid="uid-live")]
+    samples = [*_series("GPU-x", range(30), pod="done", fb=10 * GIB), *_series("GPU-x", range(30, 120), pod="next", fb=20 * GIB),
+               *_series("GPU-a", range(60), pod="leaker", fb=20 * GIB), *_series("GPU-a", range(60, 90), fb=2 * GIB),
+               *_series("GPU-y", range(120), pod="live", fb=5 * GIB)]
+
+    def proc(gpu, pid, minutes, *, uid=None, in_pod=1, fb=3 * GIB):
+        return [{"ts": T0 + m * MIN, "node": "n1", "gpu_uuid": gpu, "pid": pid, "pod_uid": uid, "in_pod": in_pod,
+                 "fb_used_bytes": fb} for m in minutes]
+    processes = [*proc("GPU-x", 4242, range(0, 90), uid="uid-done"),          # its pod ended at 30: orphaned 30..90
+                 *proc("GPU-x", 5000, range(30, 120), uid="uid-next"),        # the live pod's own process
+                 *proc("GPU-y", 77, range(0, 20), in_pod=0, fb=GIB),           # a host process, 20 min
+                 *proc("GPU-y", 88, range(0, 60), in_pod=None),               # cgroup unreadable: unknown
+                 *proc("GPU-y", 89, range(0, 60), uid="uid-ghost"),           # a pod the pods file lacks: unknown
+                 *proc("GPU-y", 90, range(0, 10), in_pod=0),                  # 10 min: too short
+                 *proc("GPU-a", 99, range(0, 90), uid="uid-leaker")]          # evidence of the device's own run
+    con = _store(devices=devices, pods=pods, samples=samples, processes=processes, prices=PRICES)
+    frame = _run(con, "orphaned_memory", hours=4)
+    got = [(r.gpu_uuid, r.cause, r.pids, _na(r.last_pod), (r.since - T0) // MIN, r.seconds, round(r.usd_unusable, 4))
+           for r in frame.itertuples()]
+    assert got == [
+        ("GPU-a", "no_pod_allocated", "99", "leaker", 60, 1800, 2.0),                # $4 x 0.5 h
+        ("GPU-x", "process_of_ended_pod", "4242", "done", 30, 3600, round(4.0 * 3 / 80, 4)),  # memory share
+        ("GPU-y", "host_process", "77", None, 0, 1200, round(4.0 / 3 / 80, 4)),
+    ]
+    ended = frame[frame["cause"] == "process_of_ended_pod"].iloc[0]
+    assert ended["pod_uid"] == "uid-done" and ended["recommendation"].startswith("kill PID 4242")
+    # without process data the finding is the device path alone, pids unknown
+    bare = _run(_store(devices=devices, pods=pods, samples=samples, prices=PRICES), "orphaned_memory", hours=4)
+    assert bare["cause"].tolist() == ["no_pod_allocated"] and bare["pids"].isna().all()
+
+
 # --- driver_drift --------------------------------------------------------------------------------
 
 NODES = {"n1": ("H100", "535.129.03", "12.2"), "n2": ("H100", "535.129.03", "12.2"), "n3": ("H100", "550.54.15", "12.4"),
@@ -195,7 +233,7 @@ STATUS = {"crash": {"waiting_reason": "CrashLoopBackOff"}, "config": {"waiting_r
           "late": {"last_exit_code": 1, "after": 30}, "zero": {"last_exit_code": 0, "after": 2}, "ok": {}}
 
 
-def _drift_store(outcomes: dict[str, list[str]], *, early: str | None = None, nodes=NODES):
+def _drift_store(outcomes: dict[str, list[str]], *, early: str | None = None, nodes=NODES, labels=None):
     """Two GPUs per node; per node the outcome of each pod it starts (STATUS); ``early``: a failing pod
     on that node that started before the window."""
     devices = [{"node": n, "gpu_uuid": f"GPU-{n}-{i}", "gpu_model": m, "driver_version": d, "cuda_driver_version": c}
@@ -211,7 +249,8 @@ def _drift_store(outcomes: dict[str, list[str]], *, early: str | None = None, no
     if early:
         pods.append(_pod("ns", "early", early, f"GPU-{early}-0", T0 - H, T0 + H))
         status.append({"ts": T0 + MIN, "namespace": "ns", "pod": "early", "waiting_reason": "CrashLoopBackOff"})
-    return _store(devices=devices, pods=pods, pod_status=status, prices=PRICES)
+    node_rows = [{"node": n, "labels": json.dumps(v)} for n, v in (labels or {}).items()]
+    return _store(devices=devices, pods=pods, pod_status=status, prices=PRICES, nodes=node_rows)
 
 
 def test_driver_drift_blames_the_version_pods_fail_on():
@@ -229,6 +268,22 @@ def test_driver_drift_blames_the_version_pods_fail_on():
     assert list(frame["others_failure_rate"]) == pytest.approx([0.1, 4 / 15, 0.6])  # unknown is no baseline
     assert frame.iloc[0]["recommendation"] == "jobs fail on driver 550.54.15: pin the pool to driver 535.129.03 / upgrade"
     assert frame["recommendation"].iloc[1:].isna().all() and frame.iloc[1]["node_names"] == "n4"
+
+
+def test_driver_drift_pools_by_a_node_label_and_judges_starts_within_the_flagged_time():
+    """With --drift-pool-label, nodes of one model in different node pools are not compared: n3 (pool
+    "canary") runs its own driver on purpose. A non-zero exit 30 min after the start is a failed start
+    only once --drift-start-seconds reaches it."""
+    outcomes = {"n3": ["crash", "config", "exit", "late", "ok"], "n1": ["ok"] * 4, "n2": ["ok"] * 4}
+    labels = {"n1": {"karpenter_sh_nodepool": "main"}, "n2": {"karpenter_sh_nodepool": "main"},
+              "n3": {"karpenter_sh_nodepool": "canary"}}
+    con = _drift_store(outcomes, labels=labels, nodes={n: NODES[n] for n in ("n1", "n2", "n3")})
+    by_model = _run(con, "driver_drift").set_index("driver_version")
+    assert by_model.loc["550.54.15", "blamed"] and by_model.loc["550.54.15", "failed_starts"] == 3
+    assert set(by_model["pool"]) == {"H100"}
+    assert _run(con, "driver_drift", drift_pool_label="karpenter_sh_nodepool").empty  # each pool runs one version
+    late = _run(con, "driver_drift", drift_start_seconds=3600.0).set_index("driver_version")
+    assert late.loc["550.54.15", "failed_starts"] == 4
 
 
 @pytest.mark.parametrize(("n3", "n1", "blamed"), [
@@ -252,7 +307,8 @@ def test_driver_drift_needs_two_versions():
 @pytest.mark.parametrize("name", NAMES)
 def test_headers_declare_params_that_are_analyze_flags_and_the_columns(name):
     header = analyses.header(name)
-    assert set(header.params) == analyses.body_params(name) and set(header.params) - {"start", "end"} <= set(DEFAULTS)
+    assert set(header.params) == analyses.body_params(name)
+    assert set(header.params) - {"start", "end"} <= set(DEFAULTS) | set(OPTIONS)  # thresholds and text options
     assert tuple(_run(_unhealthy_store(), name).columns) == header.columns
     body = analyses.sql(name)
     assert "final AS (" in body and body.rstrip().splitlines()[-1].startswith("SELECT * FROM final")

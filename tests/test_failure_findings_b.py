@@ -87,7 +87,7 @@ GPU_A, GPU_B, GPU_C = ("n1", "GPU-A"), ("n1", "GPU-B"), ("n1", "GPU-C")
 
 def mismatch_bundle() -> dict[str, list[dict]]:
     devices = (gpu(*GPU_A, (1, 9, "3g.40gb", 0, 4), (2, 9, "3g.40gb", 4, 4))
-               + gpu(*GPU_B, *[(7 + i, 19, "1g.10gb", i, 1) for i in range(6)]) + gpu(*GPU_C))
+               + gpu(*GPU_B, *[(7 + i, 19, "1g.10gb", i, 1) for i in range(7)]) + gpu(*GPU_C))
     run, err, oom = "Running", ("Error", 1), ("OOMKilled", 137)
     rows, smp = [], []
     # CUDA OOM on a 1g: runs 10-60 and 60-120 reach 9.8 and 9.9 GiB of 10; the third (120-180) only 5 GiB
@@ -121,6 +121,12 @@ def mismatch_bundle() -> dict[str, list[dict]]:
     rows += status("ml", "sidecar", [(0, run, 0, None, None), (30, run, 1, *err), (60, run, 2, *err)],
                    container="proxy")
     smp += samples((*GPU_B, 11), "ml", "sidecar", range(0, 90), fb=lambda m: 9.8 * GIB)
+    # a restartPolicy-Never Job: each retry is a new pod that fails once at the limit; one row for the job
+    for n, (name, peak) in enumerate((("retry-a", 9.7), ("retry-b", 9.9), ("retry-c", 9.8))):
+        t = 300 + 30 * n
+        rows += status("ml", name, [(t, "Pending", 0, None, None), (t + 1, run, 0, None, None),
+                                    (t + 21, "Failed", 0, *err)], job="retry-job")
+        smp += samples((*GPU_B, 13), "ml", name, range(t + 1, t + 21), fb=spikes({t + 15: peak * GIB}))
     pods = [{"namespace": "ml", "pod": "oom-loop", "node": "n1", "team": "vision", "start_ts": at(0),
              "gpu_resource": "nvidia.com/mig-1g.10gb", "gpu_count": 1.0, "device_ids": "MIG-b7"}]
     return {"devices": devices, "samples": smp, "pod_status": rows, "pods": pods}
@@ -151,6 +157,9 @@ EXPECTED_MISMATCH = [
      1.83, at(60), at(120)),
     ("host-oom-half", "ml", "GPU-B", 12, "1g.10gb", 2, 5 * GIB, 10 * GIB, "host_memory", None, 1 / 7, 1.00,
      at(30), at(60)),
+    # three pods of one Job, 20 min each at $1/h; the row names the pod that came closest to the limit
+    ("retry-b", "ml", "GPU-B", 13, "1g.10gb", 3, 9.9 * GIB, 10 * GIB, "gpu_memory", "1g.20gb", 1 / 7, 1.00,
+     at(321), at(381)),
 ]
 
 
@@ -166,6 +175,8 @@ def test_mig_mismatch_finds_failures_at_the_memory_limit_and_keeps_causes_apart(
         assert row["gpu_hours_burnt"] == pytest.approx(expected.pop("gpu_hours_burnt")), row["pod"]
         assert {k: row[k] for k in expected} == expected
     assert set(frame["node"]) == {"n1"}
+    jobs = frame.set_index("pod")[["job", "pods"]]
+    assert jobs.loc["retry-b"].tolist() == ["retry-job", 3] and jobs.loc["oom-loop", "pods"] == 1
 
 
 def test_mig_mismatch_never_prices_an_unpriced_gpu_at_zero(mismatch_store):

@@ -188,3 +188,25 @@ def test_bad_flags_are_one_line_usage_errors_before_the_store_is_opened(tmp_path
     assert cli.main(["export-derived", "--db", str(missing), *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and not missing.exists()
+
+
+def test_gang_stalls_and_mig_mismatches_are_served_from_their_frames():
+    """The failure findings that need a live alert (a stalled gang, a profile too small) come from the
+    analyses' own frames, on the hand-built bundles of tests/test_failure_findings_b.py."""
+    from tests import test_failure_findings_b as failing
+
+    stalls = failing.load(**failing.stall_bundle(), prices=failing.PRICES)
+    mismatches = failing.load(**failing.mismatch_bundle(), prices=failing.PRICES)
+    frames = {"gang_stall": analyses.run(stalls, "gang_stall", **failing.WINDOW),
+              "mig_mismatch": analyses.run(mismatches, "mig_mismatch", **failing.WINDOW)}
+    served = derived.findings(frames)
+    stall, mismatch = frames["gang_stall"], frames["mig_mismatch"]
+    held = stall[stall.kind == "partial_allocation"]
+    assert len(held) > 0 and len(mismatch) > 0
+    want = held.groupby(["namespace", "job"])["idle_gpu_hours"].sum()
+    assert dict(served["gpuwatch_gang_stall_idle_gpu_hours"]) == pytest.approx(
+        {(ns, job): v for (ns, job), v in want.items()})
+    runs = dict(served["gpuwatch_mig_mismatch_failed_runs"])
+    assert runs[("ml", "retry-b", "retry-job", "ml", "gpu_memory", "1g.20gb")] == 3.0
+    assert runs[("ml", "host-oom", "", "ml", "host_memory", "")] == 2.0
+    assert len(runs) == len(mismatch)

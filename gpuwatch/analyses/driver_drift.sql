@@ -1,8 +1,9 @@
 -- Driver drift: GPU pools whose nodes run different NVIDIA drivers, and which driver version pods fail to start on.
--- params: $start, $end (timestamps, window [start, end)), $drift_min_failures (count), $drift_rate_ratio (ratio)
+-- params: $start, $end (timestamps, window [start, end)), $drift_min_failures (count), $drift_rate_ratio (ratio), $drift_start_seconds (seconds), $drift_pool_label (a node label key, '' = none)
 -- columns: pool, driver_version, cuda_driver_version, nodes, gpus, pods_started, failed_starts, failure_rate, others_failure_rate, blamed, gpu_hours_lost, usd_lost, recommendation, node_names
--- docs/architecture.md#finding-semantics. A pool is a GPU model (stg_gpus; a node label could refine
--- it later); a node's driver is its devices rows' driver_version / cuda_driver_version (the first by
+-- docs/architecture.md#finding-semantics. A pool is a GPU model (stg_gpus), and with $drift_pool_label
+-- set, that node label's value too ("<model> / <value>"; nodes without the label: the model alone), e.g.
+-- a node pool label, so pools that are meant to differ are not compared; a node's driver is its devices rows' driver_version / cuda_driver_version (the first by
 -- text if they disagree). A pool drifts when its nodes run two or more known driver_version or
 -- cuda_driver_version values; it gets one row per driver_version (cuda_driver_version: that group's
 -- values, comma-joined), NULL versions as one 'unknown' group that never drifts a pool, is never
@@ -11,8 +12,8 @@
 -- window; pods known only from pod_status have no node and are not counted.
 -- failed_starts: those of them whose pod_status (any container) shows a waiting reason
 -- CrashLoopBackOff, CreateContainerError, RunContainerError or CreateContainerConfigError while the
--- pod ran in the window, or a non-zero last_exit_code recorded within 10 minutes of the pod's start
--- (a start that dies young; a fixed constant, not a flag). failure_rate = failed_starts / pods_started.
+-- pod ran in the window, or a non-zero last_exit_code recorded within $drift_start_seconds of the pod's
+-- start (a start that dies young). failure_rate = failed_starts / pods_started.
 -- others_failure_rate: the pool's other known versions together (their failed / their started).
 -- blamed: a known version, with another known version in the pool, failed_starts >= $drift_min_failures
 -- and failure_rate >= $drift_rate_ratio x others_failure_rate (others with no failures, or no starts:
@@ -29,9 +30,11 @@ WITH node_drivers AS (
 ),
 members AS (
     -- each node's GPUs of one model, with its driver
-    SELECT g.gpu_model AS pool, g.node, n.driver_version, n.cuda_driver_version, count(*) AS gpus
+    SELECT g.gpu_model || coalesce(' / ' || CASE WHEN $drift_pool_label <> '' THEN l.labels ->> $drift_pool_label END, '')
+               AS pool, g.gpu_model, g.node, n.driver_version, n.cuda_driver_version, count(*) AS gpus
     FROM stg_gpus g
     JOIN node_drivers n USING (node)
+    LEFT JOIN stg_nodes l USING (node)
     WHERE g.gpu_model IS NOT NULL
     GROUP BY ALL
 ),
@@ -44,7 +47,7 @@ started AS (
     SELECT m.pool, m.driver_version, p.namespace, p.pod, p.start_ts, p.gpu_equivalents, p.usd_per_hour,
            (epoch(least(coalesce(p.end_ts, $end::TIMESTAMP), $end::TIMESTAMP)) - epoch(p.start_ts)) / 3600.0 AS hours
     FROM stg_pods p
-    JOIN members m ON m.node = p.node AND m.pool = p.gpu_model
+    JOIN members m ON m.node = p.node AND m.gpu_model = p.gpu_model
     WHERE m.pool IN (SELECT pool FROM drifting) AND p.start_ts >= $start AND p.start_ts < $end
 ),
 failed AS (
@@ -54,7 +57,7 @@ failed AS (
     WHERE s.ts < $end AND coalesce(s.until_ts, $end::TIMESTAMP) > p.start_ts
       AND (s.waiting_reason IN ('CrashLoopBackOff', 'CreateContainerError', 'RunContainerError',
                                 'CreateContainerConfigError')
-           OR (s.last_exit_code <> 0 AND s.ts >= p.start_ts AND s.ts < p.start_ts + INTERVAL 10 MINUTE))
+           OR (s.last_exit_code <> 0 AND s.ts >= p.start_ts AND s.ts < p.start_ts + to_seconds($drift_start_seconds)))
 ),
 outcomes AS (
     SELECT s.pool, s.driver_version, count(*) AS pods_started, count(f.pod) AS failed_starts,

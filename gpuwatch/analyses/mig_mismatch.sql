@@ -1,6 +1,6 @@
 -- MIG/GPU size mismatch: pods that keep failing at their device's memory limit, what it burns, and the profile that would hold them.
 -- params: $start, $end (timestamps, window [start, end)), $mismatch_mem_share (ratio), $mismatch_min_failures (count), $mem_headroom (ratio)
--- columns: namespace, pod, team, node, gpu_uuid, mig_gi_id, mig_profile, failed_runs, peak_fb_used_bytes, fb_total_bytes, cause, recommended_profile, gpu_hours_burnt, usd_burnt, first_failure, last_failure
+-- columns: namespace, pod, team, node, gpu_uuid, mig_gi_id, mig_profile, failed_runs, peak_fb_used_bytes, fb_total_bytes, cause, recommended_profile, gpu_hours_burnt, usd_burnt, first_failure, last_failure, job, pods
 -- docs/architecture.md#finding-semantics. Runs come from stg_pod_status, per (pod, container): a run
 -- starts when the container leaves Pending (or is first seen past it, or its restart count falls: a new
 -- pod of that name) and ends at a termination: a row whose restart count rose over the last known one,
@@ -13,9 +13,11 @@
 -- other than OOMKilled whose peak reached $mismatch_mem_share x a device's fb_total_bytes (a CUDA
 -- out-of-memory ends as Error with a non-zero code); 'host_memory': an OOMKilled run at any GPU memory
 -- (the container's cgroup limit, not the GPU's size: reported so nobody resizes the GPU, no profile).
--- Failures below the share that are not OOMKilled are not counted. One row per pod and cause with at
--- least $mismatch_min_failures such runs ending in the window (a pod failing both ways has two rows);
--- its device is the one that came closest to its limit (peak / fb_total_bytes).
+-- Failures below the share that are not OOMKilled are not counted. One row per job (stg_pod_status.job;
+-- a pod without one is its own group) and cause with at least $mismatch_min_failures such runs ending in
+-- the window (a job failing both ways has two rows): the retries of a restartPolicy-Never job, each a new
+-- pod that fails once, add up as the restarts of one pod do. pod = the pod whose device came closest
+-- to its limit (peak / fb_total_bytes), that device the row's; pods = the pods the runs came from.
 -- recommended_profile ('gpu_memory' only): the smallest MIG profile (ref_mig_profiles, memory slices
 -- first, then compute; 7g and +me excluded, as in rightsizing) larger than the instance whose share of
 -- the GPU's memory covers the peak x (1 + $mem_headroom), named for this GPU's memory ("1g.20gb");
@@ -23,8 +25,8 @@
 -- the larger of its whole-GPU row's and what its instances imply (memory / memory share): a MIG-mode
 -- parent row may report less. The peak is capped by the device, so the profile is a lower bound.
 -- Burnt = the failed runs' time (crash-loop back-off included: the GPU stays held; runs of several
--- containers overlapping count once) x the pod's GPU share (stg_streams, as chargeback) and x its
--- price per hour (NULL when a device of the pod is unpriced, never $0).
+-- containers or pods overlapping count once) x each run's pod's GPU share (stg_streams, as chargeback) and
+-- x its price per hour (NULL when a device of any of the pods is unpriced, never $0).
 WITH states AS (
     SELECT namespace, pod, container, ts, restarts, lower(phase) AS phase,
            lower(last_terminated_reason) AS reason, last_exit_code,
@@ -98,21 +100,9 @@ runs AS (
       AND (cause = 'host_memory' OR peak_fb_used_bytes >= $mismatch_mem_share * fb_total_bytes)
     GROUP BY namespace, pod, container, ended_at
 ),
-spans AS (
-    -- the part of each run no earlier run (of another container) already covered
-    SELECT *, max(ended_at) OVER (PARTITION BY namespace, pod, cause ORDER BY run_from, ended_at
-                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS covered_until
-    FROM runs
-),
-per_pod AS (
-    SELECT namespace, pod, cause, count(*) AS failed_runs,
-           arg_max(fullest, [fullest.share, -fullest.stream_id]) AS fullest,
-           sum(greatest(epoch(ended_at) - epoch(greatest(run_from, coalesce(covered_until, run_from))), 0))
-               AS burnt_seconds,
-           min(ended_at) AS first_failure, max(ended_at) AS last_failure
-    FROM spans
-    GROUP BY namespace, pod, cause
-    HAVING count(*) >= $mismatch_min_failures
+jobs AS (
+    -- the job each pod belongs to (stg_pod_status.job: gang label or owner); NULL: the pod alone
+    SELECT namespace, pod, max(job) AS job FROM stg_pod_status GROUP BY namespace, pod
 ),
 pod_rates AS (
     -- what the pod holds per hour: its streams' GPU shares and prices (unpriced anywhere: unknown)
@@ -121,6 +111,33 @@ pod_rates AS (
     FROM stg_streams
     WHERE pod IS NOT NULL
     GROUP BY namespace, pod
+),
+keyed AS (
+    -- retries of one job (restartPolicy Never: each failure is a new pod) are one group
+    SELECT r.*, j.job, coalesce('job:' || j.job, 'pod:' || r.pod) AS group_key
+    FROM runs r LEFT JOIN jobs j USING (namespace, pod)
+),
+spans AS (
+    -- the part of each run no earlier run (of another container or pod) already covered
+    SELECT *, max(ended_at) OVER (PARTITION BY namespace, group_key, cause ORDER BY run_from, ended_at
+                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS covered_until
+    FROM keyed
+),
+burnt AS (
+    SELECT s.*, greatest(epoch(s.ended_at) - epoch(greatest(s.run_from, coalesce(s.covered_until, s.run_from))), 0)
+               AS burnt_seconds, r.gpu_share, r.usd_per_hour
+    FROM spans s LEFT JOIN pod_rates r USING (namespace, pod)
+),
+per_pod AS (
+    SELECT namespace, group_key, cause, any_value(job) AS job, count(*) AS failed_runs, count(DISTINCT pod) AS pods,
+           arg_max(pod, [fullest.share, -fullest.stream_id]) AS pod,
+           arg_max(fullest, [fullest.share, -fullest.stream_id]) AS fullest,
+           sum(burnt_seconds * gpu_share) / 3600.0 AS gpu_hours_burnt,
+           CASE WHEN bool_and(usd_per_hour IS NOT NULL) THEN sum(burnt_seconds * usd_per_hour) / 3600.0 END AS usd_burnt,
+           min(ended_at) AS first_failure, max(ended_at) AS last_failure
+    FROM burnt
+    GROUP BY namespace, group_key, cause
+    HAVING count(*) >= $mismatch_min_failures
 ),
 profiles AS (
     SELECT compute_slices, memory_slices FROM ref_mig_profiles
@@ -146,9 +163,7 @@ final AS (
                 WHEN s.mig_gi_id IS NULL THEN 'larger GPU'
                 WHEN s.gpu_fb_total_bytes IS NULL THEN NULL
                 ELSE coalesce(s.fitting_profile, 'whole GPU') END AS recommended_profile,
-           s.burnt_seconds * r.gpu_share / 3600.0 AS gpu_hours_burnt,
-           s.burnt_seconds * r.usd_per_hour / 3600.0 AS usd_burnt,
-           s.first_failure, s.last_failure
+           s.gpu_hours_burnt, s.usd_burnt, s.first_failure, s.last_failure, s.job, s.pods
     FROM sized s
     LEFT JOIN pod_rates r USING (namespace, pod)
     LEFT JOIN stg_pods a USING (namespace, pod)

@@ -32,9 +32,15 @@ DEFAULTS: dict[str, float] = {
     "mismatch_min_failures": 2.0,      # ... at least this many such failed runs make a mismatch
     "drift_min_failures": 3.0,         # failed starts on one driver version needed to blame it
     "drift_rate_ratio": 2.0,           # ... at a failure rate at least this many times the pool's other versions'
+    "drift_start_seconds": 600.0,      # a non-zero exit this soon after a pod's start is a failed start
     "gang_min_seconds": 900.0,         # siblings Pending while GPUs are held idle this long is a stall
     "straggler_gap": 0.3,              # a GPU whose SM activity sits this far below its job's median ...
     "straggler_min_seconds": 1800.0,   # ... for at least this long is a straggler
+    # topology (docs/architecture.md#topology): the penalty model is an estimate
+    "placement_comm_share": 0.1,       # share of a step spent in collectives with the better block
+    "placement_numa_penalty": 0.05,    # share of GPU time lost to a NUMA split where the links are equal
+    "capacity_bucket_seconds": 300.0,  # schedulable capacity and blocked demand are judged per bucket this long
+    "blocked_min_seconds": 600.0,      # a pending pod blocked by fragmentation this long is 'blocked'
 }
 HELP: dict[str, str] = {
     "idle_below": "ratio 0-1 under which a sample is idle",
@@ -55,12 +61,19 @@ HELP: dict[str, str] = {
     "mismatch_min_failures": "failed runs near the memory limit that make a MIG/GPU size mismatch",
     "drift_min_failures": "failed starts on one driver version needed to blame that version",
     "drift_rate_ratio": "how many times the pool's other versions' failure rate a version must reach",
+    "drift_start_seconds": "seconds after a pod's start within which a non-zero exit is a failed start",
     "gang_min_seconds": "seconds a job holds idle GPUs while siblings are Pending to be a stall",
     "straggler_gap": "SM activity (0-1) below the job's median that makes a GPU a straggler",
     "straggler_min_seconds": "seconds a GPU must lag its job's median to be a straggler",
+    "placement_comm_share": "share (0-1) of a multi-GPU step spent in collectives, for the placement penalty estimate",
+    "placement_numa_penalty": "share (0-1) of GPU time a NUMA split costs where the links are equal (estimate)",
+    "capacity_bucket_seconds": "seconds per bucket of schedulable capacity and blocked demand",
+    "blocked_min_seconds": "seconds a pending pod must be blocked by fragmentation to be reported blocked",
 }
-# Text options (not thresholds): ``group_by`` = a pod label key chargeback also groups by ('' = none).
-OPTIONS: dict[str, str] = {"group_by": ""}
+# Text options (not thresholds): ``group_by`` = a pod label key chargeback also groups by ('' = none);
+# ``drift_pool_label`` = a node label key (as the nodes file / kube_node_labels name it, e.g.
+# karpenter_sh_nodepool) that splits driver_drift's pools beyond the GPU model ('' = the model alone).
+OPTIONS: dict[str, str] = {"group_by": "", "drift_pool_label": ""}
 
 
 def label_key(text: str, *, what: str) -> str:
@@ -71,13 +84,16 @@ def label_key(text: str, *, what: str) -> str:
 # Valid range per threshold (inclusive): ratios and shares in 0-1, durations and counts >= 0.
 RANGES: dict[str, tuple[float, float]] = {
     **dict.fromkeys(("idle_below", "hoarder_idle_share", "false_reported_min", "false_effective_below",
-                     "false_offender_share", "compute_quantile", "mismatch_mem_share", "straggler_gap"), (0.0, 1.0)),
+                     "false_offender_share", "compute_quantile", "mismatch_mem_share", "straggler_gap",
+                     "placement_comm_share", "placement_numa_penalty"), (0.0, 1.0)),
     **dict.fromkeys(("min_idle_run_seconds", "min_observed_seconds", "mem_headroom", "orphan_gpu_baseline_bytes",
-                     "orphan_mig_baseline_bytes", "orphan_min_seconds", "gang_min_seconds", "straggler_min_seconds"),
+                     "orphan_mig_baseline_bytes", "orphan_min_seconds", "gang_min_seconds", "straggler_min_seconds",
+                     "blocked_min_seconds", "drift_start_seconds"),
                     (0.0, math.inf)),
     **dict.fromkeys(("mismatch_min_failures", "drift_min_failures"), (1.0, math.inf)),
     "drift_rate_ratio": (1.0, math.inf),
     "gap_steps": (1.0, math.inf), "hours_per_month": (1.0, 744.0),
+    "capacity_bucket_seconds": (60.0, 86400.0),
 }
 
 

@@ -6,6 +6,8 @@
 -- (its memory slices / 8 of the GPU) covers the pod's peak fb_used_bytes x (1 + $mem_headroom) and
 -- whose compute (slices / 7) covers the $compute_quantile quantile of its SM activity.
 -- Priced like chargeback: a "<model>/<profile>" price row, else the GPU price x compute slices / 7.
+-- Only GPUs of a MIG-capable model (mig_capable, from gpuwatch/mig.py) are candidates: an L40S or an
+-- unknown model is never offered a MIG profile.
 WITH profiles AS (
     -- candidate targets from ref_mig_profiles (gpuwatch/mig.py): smaller than the whole GPU, no
     -- media-extension profiles (a 1g+me holds the GPU's only media engines)
@@ -38,7 +40,8 @@ per_pod AS (
 ),
 eligible AS (
     -- only whole, unshared GPUs observed long enough need their SM activity quantile (a full scan)
-    SELECT * FROM per_pod WHERE gpu_share >= 1.0 AND observed_seconds >= $min_observed_seconds
+    SELECT * FROM per_pod
+    WHERE gpu_share >= 1.0 AND observed_seconds >= $min_observed_seconds AND mig_capable(gpu_model)
 ),
 quantiles AS (
     SELECT w.pod_id, quantile_cont(r.effective, $compute_quantile) AS sm_active_quantile

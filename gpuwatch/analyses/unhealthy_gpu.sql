@@ -1,8 +1,9 @@
 -- Unhealthy GPUs: GPUs with health events (XID, ECC double-bit, row-remap failure, lost) in the window, the pods on them and the allocated cost at risk.
 -- params: $start, $end (timestamps, window [start, end))
 -- columns: node, gpu_uuid, gpu_model, kind, code, severity, first_ts, last_ts, events, pods, teams, usd_per_gpu_hour, at_risk_hours, allocated_usd_at_risk, recommendation
--- docs/architecture.md#finding-semantics. One row per (node, gpu_uuid, kind, code) with events in the
--- window (stg_health). severity:
+-- docs/architecture.md#finding-semantics. One row per (node, gpu_uuid, kind, and the XID code for
+-- kind xid) with events in the window (stg_health); for ecc_dbe, code = the double-bit errors the
+-- window's events carry in total. severity:
 --   hardware     ecc_dbe, row_remap_failure, lost, and XIDs that mean the GPU itself failed: 48 (ECC
 --                double-bit error), 63/64 (row remap or page retirement recorded / failed), 92 (high
 --                single-bit ECC rate), 94/95 (contained / uncontained ECC error) -- memory; 79 (fell off
@@ -23,11 +24,19 @@
 -- allocated_usd_at_risk = the GPU's price per GPU-hour (stg_gpus; a MIG GPU's whole price: a fault
 -- takes every instance) x at_risk_hours, the hours from the first event until the last holder lets
 -- go (the window's end at the latest); NULL when the GPU is held but unpriced (never $0).
-WITH events AS (
-    SELECT node, gpu_uuid, kind, code, min(ts) AS first_ts, max(ts) AS last_ts, count(*) AS events
+WITH grouped AS (
+    -- an XID groups by its code; the other kinds group whole (an ecc_dbe event's code is its error
+    -- count: the row's code is then the window's total double-bit errors, NULL when no event said)
+    SELECT node, gpu_uuid, kind, CASE WHEN kind = 'xid' THEN code END AS code_key,
+           min(ts) AS first_ts, max(ts) AS last_ts, count(*) AS events,
+           sum(code) FILTER (WHERE kind = 'ecc_dbe') AS dbe_errors
     FROM stg_health
     WHERE ts >= $start AND ts < $end
-    GROUP BY node, gpu_uuid, kind, code
+    GROUP BY node, gpu_uuid, kind, code_key
+),
+events AS (
+    SELECT node, gpu_uuid, kind, code_key, coalesce(code_key, dbe_errors) AS code, first_ts, last_ts, events
+    FROM grouped
 ),
 listed AS (
     -- allocations naming a GPU, or a legacy MIG-GPU-<uuid>/<gi>/<ci> id of one of its instances
@@ -59,7 +68,7 @@ holds AS (
 ),
 holders AS (
     -- per event group: who held the GPU at or after its first event, and until when
-    SELECT e.node, e.gpu_uuid, e.kind, e.code,
+    SELECT e.node, e.gpu_uuid, e.kind, e.code_key,
            string_agg(DISTINCT h.namespace || '/' || h.pod, ',' ORDER BY h.namespace || '/' || h.pod) AS pods,
            string_agg(DISTINCT h.team, ',' ORDER BY h.team) AS teams,
            least(max(h.held_until), $end::TIMESTAMP) AS held_until
@@ -67,7 +76,7 @@ holders AS (
     JOIN holds h
       ON h.gpu_uuid = e.gpu_uuid AND coalesce(h.node = e.node, TRUE)
      AND h.held_until > e.first_ts AND coalesce(h.held_from < $end::TIMESTAMP, TRUE)
-    GROUP BY e.node, e.gpu_uuid, e.kind, e.code
+    GROUP BY e.node, e.gpu_uuid, e.kind, e.code_key
 ),
 classified AS (
     SELECT e.*,
@@ -91,7 +100,7 @@ final AS (
                      || ' in NVIDIA''s XID catalogue; cordon and reset the GPU if it repeats' END AS recommendation
     FROM classified c
     LEFT JOIN holders h
-      ON h.node = c.node AND h.gpu_uuid = c.gpu_uuid AND h.kind = c.kind AND h.code IS NOT DISTINCT FROM c.code
+      ON h.node = c.node AND h.gpu_uuid = c.gpu_uuid AND h.kind = c.kind AND h.code_key IS NOT DISTINCT FROM c.code_key
     LEFT JOIN stg_gpus g ON g.node = c.node AND g.gpu_uuid = c.gpu_uuid
 )
 SELECT * FROM final ORDER BY severity <> 'hardware', severity = 'application', round(allocated_usd_at_risk, 6) DESC NULLS FIRST, node, gpu_uuid, kind, code

@@ -12,18 +12,20 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from gpuwatch import analyses, recommendations, recommendations_failures
+from gpuwatch import analyses, recommendations, recommendations_failures, recommendations_topology
 
 # Every finding, in the order consumers list them; "recommendations" is derived, not a SQL analysis.
 FAILURES = ("mig_mismatch", "driver_drift", "orphaned_memory", "gang_stall", "unhealthy_gpu")
+TOPOLOGY = ("topology_placement", "schedulable_capacity", "blocked_demand")
 ALL = ("utilization", "idle_hoarding", "false_utilization", "mig_fragmentation", "fragmentation_fgd", "chargeback",
-       "rightsizing", "prices", *FAILURES, "recommendations")
+       "rightsizing", "prices", *FAILURES, *TOPOLOGY, "recommendations")
 # analysis -> {keyword it takes: the analysis whose result it needs}
 NEEDS: dict[str, dict[str, str]] = {
     "chargeback": {"fragmentation": "mig_fragmentation"},
     "recommendations": {"idle": "idle_hoarding", "false_util": "false_utilization", "rightsizing": "rightsizing",
                         "mig": "mig_fragmentation", "prices": "prices", "chargeback": "chargeback",
-                        "coverage": "data_coverage", **{name: name for name in FAILURES}},
+                        "coverage": "data_coverage", **{name: name for name in FAILURES},
+                        "topology_placement": "topology_placement", "blocked_demand": "blocked_demand"},
 }
 Runner = Callable[..., Any]
 
@@ -74,6 +76,7 @@ def observed_hours(coverage: Any, start: Any, end: Any) -> float | None:
 
 def _recommend(params: dict[str, Any], *, chargeback: Any = None, coverage: Any = None, **frames: Any):
     failures = {name: frames.pop(name, None) for name in FAILURES}
+    placement, blocked = frames.pop("topology_placement", None), frames.pop("blocked_demand", None)
     hours = (params["end"] - params["start"]).total_seconds() / 3600
     stranded = None
     if chargeback is not None and len(chargeback):
@@ -81,4 +84,6 @@ def _recommend(params: dict[str, Any], *, chargeback: Any = None, coverage: Any 
     return recommendations.recommend(**frames, stranded_usd=stranded, window_hours=hours,
                                      observed_hours=observed_hours(coverage, params["start"], params["end"]),
                                      hours_per_month=params["hours_per_month"],
-                                     more=lambda rate: recommendations_failures.rows(rate=rate, **failures))
+                                     more=lambda rate: recommendations_failures.rows(rate=rate, **failures)
+                                     + recommendations_topology.rows(rate=rate, topology_placement=placement,
+                                                                     blocked_demand=blocked))

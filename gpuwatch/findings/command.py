@@ -1,7 +1,8 @@
 """`gpuwatch analyze`: run every analysis over a window; write one CSV each, or print a summary.
 
 Outputs (docs/architecture.md#finding-semantics): utilization, idle_hoarding, false_utilization, mig_fragmentation,
-fragmentation_fgd, chargeback and recommendations. Every threshold in analyses.params.DEFAULTS is a
+fragmentation_fgd, chargeback, the failure modes, the topology findings (topology_placement,
+schedulable_capacity, blocked_demand; docs/architecture.md#topology) and recommendations. Every threshold in analyses.params.DEFAULTS is a
 flag (``--idle-below 0.05`` ...). ``--input DIR`` / ``--from URL`` ingest first.
 """
 
@@ -17,12 +18,12 @@ from typing import Any
 from gpuwatch import analyses, recommendations, store, units
 from gpuwatch.analyses import chargeback
 from gpuwatch.analyses import params as defaults
-from gpuwatch.findings import FAILURES, csvfile, findings
+from gpuwatch.findings import FAILURES, TOPOLOGY, csvfile, findings
 from gpuwatch.ingest import command
 
 log = logging.getLogger(__name__)
 OUTPUTS = ("utilization", "idle_hoarding", "false_utilization", "mig_fragmentation", "fragmentation_fgd",
-           "chargeback", *FAILURES, "recommendations")
+           "chargeback", *FAILURES, *TOPOLOGY, "recommendations")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("csv", "table"), default="csv", help="output (default: %(default)s)")
     parser.add_argument("--group-by", default="", metavar="LABEL",
                         help="also split chargeback rows by this pod label (e.g. cost_center): column group_value")
+    parser.add_argument("--drift-pool-label", default="", metavar="LABEL",
+                        help="driver_drift: also split GPU pools by this node label (as kube_node_labels names it, "
+                             "e.g. karpenter_sh_nodepool); default: pools by GPU model")
     group = parser.add_argument_group("thresholds (docs/architecture.md#finding-semantics)")
     for key, value in defaults.DEFAULTS.items():
         group.add_argument(f"--{key.replace('_', '-')}", dest=key, type=float, default=value,
@@ -49,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     thresholds = {k: getattr(args, k) for k in defaults.DEFAULTS}
     defaults.check(thresholds)  # every flag is checked before the store is touched
     group_by = defaults.label_key(args.group_by, what="--group-by")
+    pool_label = defaults.label_key(args.drift_pool_label, what="--drift-pool-label")
     if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
         raise units.UsageError(f"--out: {args.out} is a file, not a directory")
     if args.input or args.source:
@@ -59,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if args.input or args.source:
         command.ingest(con, args.input or args.source)
     start, end = defaults.window(store.data_range(con)[1], length=length, end=end)
-    params = defaults.params(start, end, **thresholds, group_by=group_by)
+    params = defaults.params(start, end, **thresholds, group_by=group_by, drift_pool_label=pool_label)
     # store this window's SQL results in the DB: the app and the report read them (analyses/persisted.py),
     # and analyze() below reads them too, so the samples are scanned once per analysis
     analyses.persist(con, params)
@@ -112,6 +117,7 @@ def summary(results: dict, *, start: datetime, end: datetime, hours_per_month: f
     if mig is not None and "stranded_slices" in mig:
         lines.append(f"MIG: {int(mig['stranded_slices'].sum())} stranded memory slices on {len(mig)} MIG GPUs")
     lines += _failure_lines(results)
+    lines += _topology_lines(results)
     recs = results.get("recommendations")
     if recs is not None and len(recs):
         total = recommendations.totals(recs)
@@ -150,6 +156,30 @@ def _failure_lines(results: dict) -> list[str]:
         stalls = gangs[gangs["kind"] == "partial_allocation"]
         out.append(f"gang stalls: {stalls['job'].nunique()} jobs held idle GPUs waiting for siblings, "
                    f"${stalls['usd_held_idle'].sum():,.2f}; {(gangs['kind'] == 'straggler').sum()} stragglers")
+    return out
+
+
+def _topology_lines(results: dict) -> list[str]:
+    """Misplaced/spread jobs and blocked pending pods (docs/architecture.md#topology; penalties are estimates)."""
+    out = []
+    placed = results.get("topology_placement")
+    if placed is not None and len(placed):
+        bad = placed[placed["verdict"].isin(("misplaced", "spread"))]
+        unknown = int((placed["verdict"] == "topology unknown").sum())
+        out.append(f"placement: {(bad['verdict'] == 'misplaced').sum()} misplaced, {(bad['verdict'] == 'spread').sum()} "
+                   f"spread of {len(placed)} multi-GPU pods/jobs, est. penalty ${bad['penalty_usd'].sum():,.2f} (estimate)"
+                   + (f"; {unknown} not judged (topology unknown)" if unknown else ""))
+    capacity = results.get("schedulable_capacity")
+    if capacity is not None and len(capacity):
+        last = capacity[capacity["bucket_ts"] == capacity["bucket_ts"].max()]
+        nvlink = last["nvlink_jobs_8"].dropna()
+        out.append(f"capacity now: {int(last['free_gpus'].sum())} free GPUs, {int(last['jobs_8'].sum())} 8-GPU pods could start"
+                   + (f" ({int(nvlink.sum())} on NVLink blocks)" if len(nvlink) else ""))
+    blocked = results.get("blocked_demand")
+    if blocked is not None and len(blocked):
+        stuck = blocked[blocked["verdict"] == "blocked"]
+        out.append(f"blocked demand: {len(stuck)} pending pods could have run on the free GPUs had they formed a block, "
+                   f"${stuck['opportunity_usd'].sum():,.2f} opportunity cost")
     return out
 
 

@@ -1,8 +1,8 @@
 """``gpuwatch export-derived``: the analyzer's findings as Prometheus metrics, for alerting.
 
 A per-scrape custom collector on a private registry: each scrape builds fresh families from the
-latest analysis results (idle_hoarding, false_utilization, mig_fragmentation, chargeback when
-present), so a pod that stops being a finding disappears instead of lingering. Results are cached
+latest analysis results (idle_hoarding, false_utilization, mig_fragmentation, chargeback, gang_stall
+and mig_mismatch when present), so a pod that stops being a finding disappears instead of lingering. Results are cached
 for ``--ttl`` seconds so scrapes don't rerun the analyses; the store is opened read-only per
 refresh and closed again, so ``gpuwatch ingest`` can write between refreshes. A failing analysis
 (or store) never fails the scrape: it reads ``gpuwatch_derived_up 0`` and
@@ -39,12 +39,19 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpuwatch_mig_stranded_slices": ("gauge", "Free MIG memory slices no requested profile can use, per GPU.",
                                      ("hostname", "UUID")),
     "gpuwatch_reclaimable_gpus": ("gauge", "GPUs held by pods idle right now for at least the reclaim threshold.", ()),
+    "gpuwatch_gang_stall_idle_gpu_hours": ("gauge", "GPU-hours a job's pods held GPUs idle while siblings were Pending "
+                                           "(kind partial_allocation) in the analysis window; gang = the job (not `job`: Prometheus' own label).",
+                                           ("namespace", "gang")),
+    "gpuwatch_mig_mismatch_failed_runs": ("gauge", "Runs of a pod (or job) that failed at its device's memory limit "
+                                          "in the analysis window (cause gpu_memory: the profile is too small; "
+                                          "host_memory: OOMKilled by its memory cgroup).",
+                                          ("namespace", "pod", "gang", "team", "cause", "recommended_profile")),
     "gpuwatch_derived_analysis_up": ("gauge", "1 if the analysis ran on the last refresh, 0 if it failed.", ("analysis",)),
     "gpuwatch_derived_up": ("gauge", "1 if every analysis ran on the last refresh, 0 otherwise.", ()),
     "gpuwatch_derived_window_seconds": ("gauge", "Length of the analysis window.", ()),
     "gpuwatch_derived_refresh_timestamp_seconds": ("gauge", "When the served findings were computed.", ()),
 }
-ANALYSES = ("idle_hoarding", "false_utilization", "mig_fragmentation", "chargeback")
+ANALYSES = ("idle_hoarding", "false_utilization", "mig_fragmentation", "chargeback", "gang_stall", "mig_mismatch")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -155,6 +162,15 @@ def findings(frames: dict) -> dict[str, list[tuple[tuple, float]]]:
     if false is not None:
         out["gpuwatch_false_util_gpu_hours"] = _per_pod(false, "false_util_gpu_hours")
     out["gpuwatch_waste_usd"] = _waste(frames.get("chargeback"), idle, false)
+    stall, mismatch = frames.get("gang_stall"), frames.get("mig_mismatch")
+    if stall is not None:
+        held = stall[(stall["kind"] == "partial_allocation") & (stall["idle_gpu_hours"].fillna(0) > 0)]
+        sums = held.assign(job=held["job"].map(_text)).groupby(["namespace", "job"])["idle_gpu_hours"].sum()
+        out["gpuwatch_gang_stall_idle_gpu_hours"] = [((ns, job), round(float(v), 6)) for (ns, job), v in sums.items()]
+    if mismatch is not None:
+        out["gpuwatch_mig_mismatch_failed_runs"] = [
+            ((r.namespace, r.pod, _text(getattr(r, "job", None)), _text(r.team), r.cause, _text(r.recommended_profile)),
+             float(r.failed_runs)) for r in mismatch.itertuples(index=False)]
     mig = frames.get("mig_fragmentation")
     if mig is not None:
         rows = mig[mig["gpu_uuid"].notna() & (mig["stranded_slices"].fillna(0) > 0)]

@@ -17,7 +17,7 @@ RULES = ROOT / "dashboards" / "gpuwatch-rules.yaml"
 
 # kube-state-metrics: the only series used from it (the `team` pod label for chargeback views)
 KUBE_STATE_METRICS = frozenset({"kube_pod_labels", "kube_pod_container_resource_requests",
-                                "kube_pod_container_status_waiting_reason"})
+                                "kube_pod_container_status_waiting_reason", "kube_pod_status_phase"})
 # Prometheus' own per-target series
 PROMETHEUS = frozenset({"up", "scrape_duration_seconds", "scrape_samples_scraped"})
 # the reclaim controller's series (gpuwatch/reclaim/metrics.py)
