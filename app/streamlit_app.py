@@ -24,6 +24,7 @@ PAGES = (
     ("chargeback.py", "Chargeback", ":material/payments:"),
     ("recommendations.py", "Recommendations", ":material/savings:"),
     ("health.py", "Health & fit", ":material/health_and_safety:"),
+    ("topology.py", "Topology", ":material/hub:"),
     ("gpu.py", "GPU drill-down", ":material/memory:"),
     ("reclaim_audit.py", "Reclaim audit", ":material/history:"),
 )

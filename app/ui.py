@@ -20,6 +20,7 @@ import streamlit as st
 import gpuwatch.analyses as analyses
 import gpuwatch.analyses.chargeback as chargeback_analysis
 import gpuwatch.analyses.params as analysis_params
+import gpuwatch.analyses.schedulable_capacity as schedulable_capacity
 import gpuwatch.recommendations as recommendations
 import gpuwatch.store as store
 import gpuwatch.units as units
@@ -151,6 +152,23 @@ def observed_hours_text(ctx: Context) -> str:
     """The observed hours of the window the run-rates rest on (findings.observed_hours)."""
     hours = observed_hours(_analysis(ctx.db, ctx.mtime, "data_coverage", ()), ctx.start, ctx.end)
     return "no data" if hours is None else f"{hours:,.1f} observed hours"
+
+
+def finding(ctx: Context, name: str) -> pd.DataFrame:
+    """Finding ``name`` from the findings assembly (handed what it needs), over the window, cached."""
+    return _findings(ctx, name)
+
+
+def node_blocks(ctx: Context, at: dt.datetime) -> list[dict]:
+    """Per node at instant ``at``: its GPUs and holders, link matrix and largest free blocks
+    (gpuwatch.analyses.schedulable_capacity.node_blocks), cached."""
+    return _node_blocks(ctx.db, ctx.mtime, at, float(thresholds()["capacity_bucket_seconds"]))
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _node_blocks(path: str, mtime: float, at: dt.datetime, bucket_seconds: float) -> list[dict]:
+    return schedulable_capacity.node_blocks(_connection(path, mtime).cursor(), at,
+                                            {"capacity_bucket_seconds": bucket_seconds})
 
 
 def _findings(ctx: Context, name: str, **extra) -> pd.DataFrame:

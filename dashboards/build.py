@@ -112,7 +112,29 @@ def fleet() -> dict:
         panel("timeseries", "Waste by kind (analyzer findings)", [
             target("sum by (kind) (gpuwatch_waste_usd)", "{{kind}}")], (12, 22, 12, 8), unit="currencyUSD",
               description="From `gpuwatch export-derived`: idle, false_util, stranded and unallocated cost."),
+        *topology(node),
     ], [query_var("node", "Node", f"label_values({reported}, hostname)", multi=True)])
+
+
+def topology(node: str) -> list[dict]:
+    """The Topology row: free GPUs against free NVLink k-blocks per pool (GPU model), from the recording
+    rules over gpuwatch's exporter series (dcgm-exporter serves none: the row stays empty there)."""
+    pool = "sum by (modelName{extra}) ({m} * on (cluster, hostname) group_left (modelName) gpuwatch:node_model:info)"
+    stuck = ('count((gpuwatch:pool_free_gpus:sum{k="8"} >= 8) and on (cluster, modelName, k) '
+             '(gpuwatch:pool_free_nvlink_block:max == 0)) or vector(0)')
+    return [
+        {**panel("row", "Topology", [], (0, 30, 24, 1)), "collapsed": False, "panels": []},
+        panel("stat", "Pools with 8+ GPUs free but no 8-GPU NVLink block", [target(stuck)], (0, 31, 6, 9),
+              description="GPU pools (per cluster and model) where 8 or more whole GPUs are free on nodes that can "
+                          "hold an 8-GPU NVLink block, yet none has one free: the GpuwatchFreeGpusNoBlock condition."),
+        panel("timeseries", "Free GPUs vs free NVLink blocks by pool", [
+            target(pool.format(extra="", m=f"gpuwatch:node_free_gpus:max{node}"), "{{modelName}} free GPUs"),
+            target(pool.format(extra=", k", m='gpuwatch:node_free_nvlink_block:max{k=~"4|8",hostname=~"$node"}'),
+                   "{{modelName}} nodes with a free NVLink {{k}}-block", ref="B")], (6, 31, 18, 9),
+              description="Whole GPUs free per the kubelet against the nodes where a free, fully NVLink-connected "
+                          "k-GPU block exists (each can start one k-GPU job): many free GPUs and no blocks is "
+                          "fragmentation. gpuwatch's exporter only."),
+    ]
 
 
 def idle_by_team() -> dict:

@@ -20,7 +20,7 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
 SCRIPT = str(ROOT / "app" / "streamlit_app.py")
-PAGES = ("fleet", "idle_hoarding", "false_utilization", "mig", "chargeback", "recommendations", "health", "gpu",
+PAGES = ("fleet", "idle_hoarding", "false_utilization", "mig", "chargeback", "recommendations", "health", "topology", "gpu",
          "reclaim_audit")
 
 
@@ -92,10 +92,10 @@ def test_fleet_page_tiles_equal_the_chart_totals_and_the_other_pages(sample_db, 
     # the cost chart's parts (busy, idle, unallocated, not sampled) add up to the Fleet cost tile
     parts = buckets[["busy_cost_usd", "idle_cost_usd", "unallocated_cost_usd", "not_sampled_cost_usd"]].to_numpy().sum()
     assert round(parts, 2) == round(buckets["fleet_cost_usd"].sum(), 2) == fleet
-    assert totals["fleet_gpus"] == 64 and totals["gpus"] < 64  # GPUs in the fleet vs sampled on average
+    assert totals["fleet_gpus"] == 96 and totals["gpus"] < 96  # GPUs in the fleet vs sampled on average
     at = open_page(sample_db, "fleet", monkeypatch)
     assert metric(at, "Fleet cost") == money(fleet)
-    assert metric(at, "GPUs") == "64"
+    assert metric(at, "GPUs") == "96"
     teams = charge[charge["kind"] == "team"]
     assert metric(at, "Idle (all pods)") == money(teams["idle_usd"].sum())
     assert metric(at, "Unallocated") == money(charge.loc[charge["kind"] == "unallocated", "cost_usd"].sum())
@@ -403,7 +403,7 @@ def test_the_last_24_hours_preset_prices_one_day(sample_db, monkeypatch):
     at = open_page(sample_db, "fleet", monkeypatch)
     at.sidebar.selectbox(key="gw_preset").set_value("Last 24 hours").run()
     assert not at.exception
-    assert metric(at, "Fleet cost") == money(36422.40 / 7)
+    assert metric(at, "Fleet cost") == money(62092.80 / 7)  # sample_data/README.md's fleet cost, one day of seven
 
 
 def test_gpu_drill_down_shows_one_gpus_signals_and_holders(sample_db, window, monkeypatch):
@@ -411,7 +411,7 @@ def test_gpu_drill_down_shows_one_gpus_signals_and_holders(sample_db, window, mo
 
     con, params = window
     gpus = analyses.run(con, "gpus")
-    assert len(gpus) == 64 and gpus["gpu_index"].notna().all()
+    assert len(gpus) == 96 and gpus["gpu_index"].notna().all()
     mig = gpus[gpus["mig"]].iloc[0]
     series = analyses.run(con, "gpu_timeseries", node=mig["node"], gpu_uuid=mig["gpu_uuid"], bucket_seconds=3600,
                           **params)

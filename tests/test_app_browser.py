@@ -9,6 +9,7 @@ tests/artifacts/ (gitignored) for people to look at. The store has the hostile n
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import socket
@@ -38,7 +39,8 @@ DRAWN = """(n) => { const cs = [...document.querySelectorAll('[data-testid=stVeg
     return cs.length >= n && cs.every(c => c.querySelector('canvas, svg.marks')); }"""
 # charts each page draws (the Fleet page's three are the ones a screenshot once caught half-drawn)
 CHARTS = {"": 3, "idle_hoarding": 0, "false_utilization": 0, "mig": 2, "chargeback": 2,
-          "recommendations": 0, "reclaim_audit": 0}
+          "recommendations": 0, "topology": 1, "reclaim_audit": 0}
+FINISHED = "() => !document.querySelector('[data-testid=stStatusWidget]')"  # the page's script has finished
 
 
 def free_port() -> int:
@@ -66,8 +68,9 @@ def db(tmp_path_factory) -> Path:
     return support.load_hostile(tmp_path_factory.mktemp("browser") / "hostile.duckdb")
 
 
-@pytest.fixture(scope="module")
-def server(db):
+@contextlib.contextmanager
+def serving(db: Path):
+    """`gpuwatch app --db DB` on a free port; yields its URL."""
     port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "gpuwatch", "app", "--db", str(db), "--port", str(port),
@@ -83,10 +86,17 @@ def server(db):
 
 
 @pytest.fixture(scope="module")
+def server(db):
+    with serving(db) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
 def expected(db) -> dict[str, str]:
     """Key numbers per page, from the analyses on the same store and the app's default window."""
     from gpuwatch import analyses, store
     from gpuwatch.analyses.params import params
+    from gpuwatch.findings import findings
 
     con = store.connect(str(db), read_only=True)
     coverage = analyses.run(con, "data_coverage")
@@ -97,12 +107,15 @@ def expected(db) -> dict[str, str]:
     idle = analyses.run(con, "idle_hoarding", **p).query("hoarder")
     false = analyses.run(con, "false_utilization", **p).query("offender")
     mig = analyses.run(con, "mig_fragmentation", **p)
+    placement = findings(con, p, only=("topology_placement",))["topology_placement"]
     con.close()
+    flagged = placement[placement["verdict"].isin(["misplaced", "spread"])]
     money = "${:,.2f}".format
     return {"": money(charge["cost_usd"].sum()), "idle_hoarding": money(idle["idle_cost_usd"].sum()),
             "false_utilization": money(false["false_util_cost_usd"].sum()),
             "mig": f"{len(mig)}", "chargeback": money(charge["fleet_cost_usd"].iloc[0]),
             "recommendations": "Monthly savings", "health": "Held idle by stalled gangs",
+            "topology": money(flagged["penalty_usd"].sum()),
             "reclaim_audit": "No reclaim decisions in this window"}
 
 
@@ -129,6 +142,7 @@ def test_every_page_shows_its_numbers(server, browser, expected):
         page.get_by_text(text, exact=False).first.wait_for(timeout=90_000)
         timings[path or "fleet"] = time.monotonic() - started
         page.wait_for_load_state("networkidle")
+        page.wait_for_function(FINISHED, timeout=60_000)
         page.wait_for_function(DRAWN, arg=CHARTS.get(path, 0), timeout=60_000)
         page.screenshot(path=str(ARTIFACTS / f"app-{path or 'fleet'}.png"), full_page=True)
     assert not dialogs, f"a script from the data ran: {dialogs}"
@@ -152,3 +166,30 @@ def test_hostile_team_is_text_in_the_team_filter(server, browser):
     page.wait_for_load_state("networkidle")
     page.screenshot(path=str(ARTIFACTS / "app-hostile-team.png"), full_page=True)
     assert not dialogs, f"a script from the data ran: {dialogs}"
+
+
+@pytest.fixture(scope="module")
+def topology_server(tmp_path_factory):
+    with serving(support.load_topology(tmp_path_factory.mktemp("browser") / "topology.duckdb")) as url:
+        yield url
+
+
+def test_topology_page_draws_the_link_maps_and_capacity(topology_server, browser):
+    """The Topology page on a store with topology (two fragmented HGX H100 nodes, a blocked gang, a
+    misplaced pod): both nodes' link maps draw, then each tab; a screenshot of each for people to look at."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = browser.new_page(viewport={"width": 1400, "height": 1400})
+    page.goto(f"{topology_server}/topology")
+    page.get_by_text("Misplaced or spread jobs").first.wait_for(timeout=90_000)
+    page.wait_for_load_state("networkidle")
+    page.wait_for_function(FINISHED, timeout=60_000)
+    page.wait_for_function(DRAWN, arg=2, timeout=60_000)  # one link map per H100 node
+    assert page.get_by_text("Largest free NVLink block: 4 (GPUs 1, 3, 5, 7)").count() == 1
+    page.screenshot(path=str(ARTIFACTS / "app-topology-map.png"), full_page=True)
+    for tab, charts, shot in (("Schedulable capacity", 1, "capacity"), ("Misplaced jobs", 1, "misplaced"),
+                              ("Blocked demand", 0, "blocked")):
+        page.get_by_role("tab", name=tab).click()
+        page.wait_for_function(FINISHED, timeout=60_000)
+        page.wait_for_function(DRAWN, arg=charts, timeout=60_000)
+        page.screenshot(path=str(ARTIFACTS / f"app-topology-{shot}.png"), full_page=True)
+    assert page.get_by_text("ml/gang-0").count() + page.locator("[data-testid=stDataFrame]").count() >= 1

@@ -11,7 +11,7 @@ import pytest
 from gpuwatch import cli
 from tests.support.bundles import SAMPLE_DATA
 
-ONE_WEEK = 36422.40
+ONE_WEEK = 62092.80
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,10 @@ from gpuwatch.model import BUNDLE_COLUMNS
 from tests.conftest import ROOT
 
 HEAVY = ("duckdb", "grpc", "pynvml", "prometheus_client", "streamlit", "kubernetes", "pandas")
+# the app reads the store and findings, and presents: facts (model, units, topology's link classes) and the
+# report's topology summary (the same tables the weekly report shows), nothing that acts
 APP_ALLOWED = ("gpuwatch.store", "gpuwatch.analyses", "gpuwatch.findings", "gpuwatch.recommendations", "gpuwatch.model",
-               "gpuwatch.units")
+               "gpuwatch.units", "gpuwatch.topology", "gpuwatch.report.topology")
 
 
 @pytest.mark.parametrize("name", sorted(cli.COMMANDS))

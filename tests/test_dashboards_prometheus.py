@@ -61,6 +61,11 @@ def gpuwatch_exporter() -> str:
     text += 'gpuwatch_source_up{source="nvml"} 1\ngpuwatch_source_up{source="kubelet"} 1\n'
     text += 'gpuwatch_source_duration_seconds{source="nvml"} 0.004\ngpuwatch_gpus 4\n'
     text += 'gpuwatch_gpu_lost{UUID="GPU-z",hostname="node-1"} 1\ngpuwatch_attribution_error_info{reason="timeout"} 1\n'
+    text += 'gpuwatch_gpu_up{gpu="0",UUID="GPU-a",device="nvidia0",' + H100 + ',hostname="node-1"} 1\n'
+    text += 'gpuwatch_node_free_gpus{hostname="node-1",resource="nvidia.com/gpu"} 2\n'
+    text += "".join(f'gpuwatch_node_free_nvlink_block{{hostname="node-1",k="{k}"}} {int(k <= 2)}\n' for k in (1, 2, 4, 8))
+    text += "".join(f'gpuwatch_gpu_link_info{{gpu="{a}",UUID="GPU-{"abcd"[a]}",peer_gpu="{b}",peer_UUID="GPU-{"abcd"[b]}",'
+                    f'link="NV18",nvlinks="18",hostname="node-1"}} 1\n' for a in range(4) for b in range(4) if a != b)
     return text + 'gpuwatch_build_info{version="0.1.0"} 1\n'
 
 
@@ -84,7 +89,8 @@ def derived_findings() -> str:
     from gpuwatch.findings import exporter as derived
 
     values = {"namespace": "team-a", "pod": "nb-1", "team": "team-a", "kind": "idle", "hostname": "node-1",
-              "UUID": "GPU-d", "analysis": "idle_hoarding"}
+              "UUID": "GPU-d", "analysis": "idle_hoarding", "gang": "j", "cause": "gpu_memory",
+              "recommended_profile": "1g.20gb"}
     lines = []
     for name, (_, _, labels) in derived.METRICS.items():
         lines.append(name + "{" + ",".join(f'{k}="{values[k]}"' for k in labels) + "} 2\n")

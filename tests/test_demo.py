@@ -44,7 +44,7 @@ def test_the_demo_runs_the_pipeline_it_describes(tmp_path):
     text, work = _demo(tmp_path)
     assert "== live: Prometheus" in text and "-> Prometheus -> ingest -> analyze" in text
     assert _live_samples(work) > 0 and (work / "live-findings" / "chargeback.csv").is_file()
-    assert "fleet cost $36,422.40" in text  # the history leg: sample_data's week
+    assert "fleet cost $62,092.80" in text  # the history leg: sample_data's week
     assert (work / "reports" / "fleet.html").is_file()
     assert "app      : http://127.0.0.1:8501 serves the history store" in text
 

@@ -135,7 +135,7 @@ def test_ingest_command_is_idempotent(tmp_path, capsys):
     expected = len(pd.read_parquet(SAMPLE_DATA / "samples.parquet", columns=["ts"]))
     assert rows == expected
     assert con.execute("SELECT count(*) FROM pods").fetchone()[0] == len(pd.read_csv(SAMPLE_DATA / "pods.csv"))
-    assert "samples 796,320" in capsys.readouterr().out
+    assert "samples 1,118,880" in capsys.readouterr().out
 
 
 def test_ingest_command_reports_bad_bundle(tmp_path, capsys):
@@ -159,7 +159,7 @@ def test_linked_parquet_stages_the_same_as_a_copy(tmp_path):
     for link in (False, True):
         con = store.connect(None)
         counts = (store.link_bundle if link else store.load_bundle)(con, SAMPLE_DATA)
-        assert counts["samples"] == 796_320
+        assert counts["samples"] == 1_118_880
         tables.append(con.execute("SELECT * FROM stg_samples ORDER BY pod, device_key, ts").df())
     pd.testing.assert_frame_equal(tables[0], tables[1])
     with pytest.raises(store.BundleError, match="linked"):  # a linked store is not copied into
@@ -237,4 +237,4 @@ def test_analysis_output_is_deterministic(tmp_path):
         assert main(["analyze", "--db", str(tmp_path / f"{run}.db"), "--input", str(SAMPLE_DATA),
                      "--out", str(tmp_path / run)]) == 0
         outs.append({p.name: p.read_bytes() for p in sorted((tmp_path / run).glob("*.csv"))})
-    assert outs[0] == outs[1] and len(outs[0]) == 12
+    assert outs[0] == outs[1] and len(outs[0]) == 15

@@ -259,7 +259,8 @@ def served(request, tmp_path_factory, source, table):
     tmp = tmp_path_factory.mktemp(profile)
     with exporter(tmp, profile) as target, running(tmp, targets=[target], interval="1s") as prom:
         prom.wait_for('count_over_time(up{job="gpuwatch"}[1m]) >= 3')
-        assert len(prom.query("gpuwatch_source_up == 1")) == 2, "simulate or kubelet source down"
+        up = {r["metric"]["source"] for r in prom.query("gpuwatch_source_up == 1")}
+        assert up == {"simulate", "kubelet", "topology"}, f"a source is down: up are {up}"
         at = time.time()
         variables = dashboard_variables(prom, at, profile, table)
         yield Served(profile, compat.PROFILES[profile].naming, prom, at, variables)

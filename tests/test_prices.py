@@ -127,7 +127,7 @@ def test_a_price_per_node_label_prices_the_gpus_on_those_nodes(tmp_path, capsys)
     assert cli.main(["ingest", "--from", str(_spot_bundle(tmp_path)), "--db", str(db)]) == 0
     out = capsys.readouterr().out
     assert "NVIDIA H100 80GB HBM3: 8 GPU(s), $1.60/GPU-hour, cluster price on nodes with karpenter.sh/capacity-type=spot" in out
-    assert "NVIDIA H100 80GB HBM3: 32 GPU(s), $4.10/GPU-hour, cluster price" in out
+    assert "NVIDIA H100 80GB HBM3: 40 GPU(s), $4.10/GPU-hour, cluster price" in out
     con = store.connect(str(db), read_only=True)
     try:
         prices = dict(con.execute("SELECT node, max(usd_per_gpu_hour) FROM stg_gpus WHERE gpu_model LIKE '%H100%' "
@@ -142,7 +142,7 @@ def test_a_price_per_node_label_prices_the_gpus_on_those_nodes(tmp_path, capsys)
     finally:
         con.close()
     assert prices["gpu-node-000"] == 1.6 and all(p == 4.1 for n, p in prices.items() if n != "gpu-node-000")
-    assert charge["fleet_cost_usd"].iloc[0] == round(36422.40 - 8 * (4.1 - 1.6) * 168, 2)
+    assert charge["fleet_cost_usd"].iloc[0] == round(62092.80 - 8 * (4.1 - 1.6) * 168, 2)  # sample_data/README.md
     assert round(charge["cost_usd"].sum(), 2) == charge["fleet_cost_usd"].iloc[0]  # still reconciles
     assert pods == 1.6  # a pod on a spot node is charged the spot price
 
@@ -156,7 +156,7 @@ def test_a_bad_node_label_selector_is_refused(tmp_path, capsys, selector, messag
     capsys.readouterr()
     assert cli.main(["ingest", "--from", str(_spot_bundle(tmp_path, selector=selector)), "--db", str(db)]) == 1
     err = capsys.readouterr().err
-    assert "column 'node_label', row 3" in err and message in err and len(err.strip().splitlines()) == 1
+    assert "column 'node_label', row 5" in err and message in err and len(err.strip().splitlines()) == 1
 
 
 def test_node_labels_come_from_kube_node_labels_for_gpu_nodes_only():

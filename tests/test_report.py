@@ -212,8 +212,8 @@ def test_a_thin_week_is_marked_when_allowed(sample_db, tmp_path, capsys):
 def test_the_coverage_line_and_the_thresholds_are_on_every_page(report):
     for page in report.glob("*.html"):
         text = skeleton(page.read_text())
-        assert "Coverage: samples cover 99.1% of the fleet's GPU-hours (64 GPUs × the week)" in text, page.name
-        assert "Thin data" not in text, page.name  # 99.1 % is well covered
+        assert "Coverage: samples cover 99.4% of the fleet's GPU-hours (96 GPUs × the week)" in text, page.name
+        assert "Thin data" not in text, page.name  # 99.4 % is well covered
 
 
 def test_chargeback_csv_has_the_period_rates_and_gpu_hours_on_every_row(report, chargeback):
@@ -223,14 +223,14 @@ def test_chargeback_csv_has_the_period_rates_and_gpu_hours_on_every_row(report, 
     assert set(csv["period_end"]) == {"2026-11-16T00:00:00Z"}
     priced = csv[~csv["kind"].isin(["unpriced", "unpriced_capacity", "over_allocated"])]
     assert (priced["gpu_hours"] > 0).all()  # unallocated and stranded rows too
-    # every GPU-hour of the fleet is on exactly one row: 64 GPUs x 168 h
-    assert round(priced["gpu_hours"].sum(), 3) == 64 * 168
+    # every GPU-hour of the fleet is on exactly one row: 96 GPUs x 168 h
+    assert round(priced["gpu_hours"].sum(), 3) == 96 * 168
     rate = priced["cost_usd"] / priced["gpu_hours"]
     assert (abs(priced["usd_per_gpu_hour"] - rate) < 1e-3).all()
     stranded = csv[csv["kind"] == "stranded"].iloc[0]
     assert stranded["usd_per_gpu_hour"] == 4.1  # stranded MIG capacity is on H100s
     prices = pd.read_csv(report / "prices.csv")
-    assert set(prices["gpu_model"]) == {"NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"}
+    assert set(prices["gpu_model"]) == {"NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA L40S", "NVIDIA GB200"}
 
 
 def test_fleet_and_team_pages_link_each_other(report):
@@ -278,7 +278,162 @@ def test_spend_by_a_pod_label(sample_db, tmp_path):
     lines = skeleton((out / "fleet.html").read_text()).splitlines()
     start = lines.index("Spend by pod label cost_center")
     rows = {cells[1]: cells[3] for cells in (line.split("|") for line in lines[start + 2:start + 6])}
-    assert rows == {"cc-100": "$13,846.90", "cc-200": "$7,662.78", "cc-300": "$7,376.92", "cc-900": "$4,860.41"}
+    assert rows == {"cc-100": "$15,294.33", "cc-200": "$8,275.64", "cc-300": "$7,797.19", "cc-900": "$5,611.84"}
     csv = pd.read_csv(out / "chargeback.csv")
     assert set(csv.loc[csv["kind"] == "team", "group_value"]) == {"cc-100", "cc-200", "cc-300", "cc-900"}
     assert cli.main(["report", "weekly", "--db", str(sample_db), "--out", str(out), "--group-by", "a b"]) == 2
+
+
+# --- Topology section (gpuwatch/report/topology.py): the hand-built frames, then the real command on a
+# --- hand-built store with topology (tests/app_support.topology_bundle), then sample_data without its topology.
+
+def test_topology_section_lists_flagged_jobs_and_blocked_pods_costliest_first():
+    from gpuwatch.report import topology
+
+    frames = support.topology_frames()
+    fleet = topology.section(frames, team=None)
+    assert fleet["known"]
+    assert [r["subject"] for r in fleet["misplaced"]] == ["ml/train-a-0", "ml/big-job", "ads/rank-1"]
+    assert [r["verdict"] for r in fleet["misplaced"]] == ["misplaced", "spread", "misplaced"]
+    assert fleet["penalty_usd"] == round(50.84 + 20.99 + 2.16, 2)  # well placed and unknown are never charged
+    assert [r["subject"] for r in fleet["blocked"]] == ["ml/gang-0", "ads/pair-0"]  # not 'insufficient capacity'
+    assert fleet["opportunity_usd"] == round(82.0 + 6.15, 2)
+    assert fleet["blocked"][0]["move"] == "move ml/small-1 (1 GPU) off h100-2"
+    assert fleet["blocked"][1]["move"] == "" and fleet["blocked"][1]["gpu_model"] == "any"
+    assert [r["gpu_model"] for r in fleet["capacity"]] == ["NVIDIA H100 80GB HBM3", "NVIDIA L40S"]
+    ads = topology.section(frames, team="ads")
+    assert [r["subject"] for r in ads["misplaced"]] == ["ads/rank-1"] and ads["penalty_usd"] == 2.16
+    assert [r["subject"] for r in ads["blocked"]] == ["ads/pair-0"] and ads["capacity"] == []  # capacity: fleet page
+
+
+def test_topology_capacity_shares_count_the_buckets():
+    from gpuwatch.report import topology
+
+    frame = support.topology_frames()["schedulable_capacity"]
+    rows = {r["gpu_model"]: r for r in topology.capacity_rows(frame)}
+    for model, pool in frame.groupby("gpu_model"):
+        for k in (4, 8):
+            free = [r for r in pool.to_dict("records") if r["free_gpus"] >= k]
+            assert rows[model][f"free_{k}"] == len(free)
+            assert rows[model][f"split_{k}"] == sum(r[f"jobs_{k}"] == 0 for r in free) / len(free)
+    h100, l40s = rows["NVIDIA H100 80GB HBM3"], rows["NVIDIA L40S"]
+    # H100: 5 buckets with 8+ free; 3 of them with no free 8-GPU NVLink block
+    assert h100["free_8"] == 5 and h100["nvlink_8"] == 3 / 5 and h100["largest_nvlink_block"] == 8
+    # L40S: never an NVLink pair free (a PCIe pool): no NVLink share, rather than "100 % blocked"
+    assert l40s["largest_nvlink_block"] == 1 and l40s["nvlink_8"] is None and l40s["split_8"] == 0.0
+
+
+def test_topology_section_says_unknown_without_topology():
+    from gpuwatch.report import topology
+
+    frames = support.topology_frames()
+    placement, capacity = frames["topology_placement"], frames["schedulable_capacity"]
+    unknown = {"topology_placement": placement.assign(verdict="topology unknown", worst_link=None),
+               "schedulable_capacity": capacity.assign(topology_known_gpus=0, largest_nvlink_block=None),
+               "blocked_demand": frames["blocked_demand"]}
+    section = topology.section(unknown, team=None)
+    assert not section["known"] and section["misplaced"] == [] and section["capacity"] == []
+    assert section["unjudged"] == len(placement)
+    assert section["unknown_text"].startswith("topology unknown — the exporter's gpuwatch_gpu_link_info series")
+    assert len(section["blocked"]) == 2  # waiting pods are facts of the pod status, shown either way
+    assert not topology.section({}, team=None)["known"]
+
+
+@pytest.fixture(scope="module")
+def topology_report(tmp_path_factory):
+    """The real command on the hand-built topology store (one day of W46: a thin week, allowed)."""
+    db = support.load_topology(tmp_path_factory.mktemp("topology") / "topology.duckdb")
+    out = tmp_path_factory.mktemp("topology-out")
+    assert cli.main(["report", "weekly", "--db", str(db), "--out", str(out), "--week", WEEK,
+                     "--min-coverage", "0"]) == 0
+    return db, out
+
+
+def topology_findings(db) -> dict:
+    from gpuwatch import store
+    from gpuwatch.analyses.params import params
+    from gpuwatch.findings import TOPOLOGY, findings
+
+    week = weeks.parse(WEEK)
+    con = store.connect(str(db), read_only=True)
+    frames = findings(con, params(week.start, week.end), only=TOPOLOGY)
+    con.close()
+    return frames
+
+
+def section_lines(html: str, heading: str) -> list[str]:
+    lines = skeleton(html).splitlines()
+    start = lines.index(heading)
+    end = next(i for i in range(start + 1, len(lines)) if lines[i] in ("Blocked demand", "Schedulable capacity",
+                                                                          "MIG fragmentation"))
+    return lines[start + 1:end]
+
+
+def test_topology_report_equals_the_findings(topology_report):
+    db, out = topology_report
+    frames = topology_findings(db)
+    placement, blocked = frames["topology_placement"], frames["blocked_demand"]
+    flagged = placement[placement["verdict"].isin(["misplaced", "spread"])]
+    waiting = blocked[blocked["verdict"] == "blocked"]
+    fleet = (out / "fleet.html").read_text()
+    assert tile(fleet, "placement-penalty-usd") == money(round(flagged["penalty_usd"].sum(), 2))
+    assert tile(fleet, "blocked-opportunity-usd") == money(round(waiting["opportunity_usd"].sum(), 2))
+    rows = [line.split("|")[1:] for line in section_lines(fleet, "Misplaced and spread jobs")[2:]]
+    assert [r[0] for r in rows] == [f"{r.namespace}/{r.pod}" for r in flagged.itertuples()] == ["ml/train-a-0"]
+    assert rows[0][5:7] == ["SYS", "PIX (GPUs 0,1)"]
+    gang = [line.split("|")[1:] for line in section_lines(fleet, "Blocked demand")[2:]]
+    assert [r[0] for r in gang] == ["ml/gang-0"] and gang[0][2] == "8"
+    assert gang[0][8].startswith("move ads/small-") and "(4 GPUs) off h100-" in gang[0][8]
+    assert "is the estimated penalty" in skeleton(fleet) and "opportunity cost (requested GPUs" in skeleton(fleet)
+    assert tile(fleet, "total-usd") == money(round(topology_chargeback(db)["cost_usd"].sum(), 2))  # not added in
+
+
+def topology_chargeback(db):
+    from gpuwatch import analyses, store
+    from gpuwatch.analyses.params import params
+
+    week = weeks.parse(WEEK)
+    con = store.connect(str(db), read_only=True)
+    frame = analyses.run(con, "chargeback", **params(week.start, week.end))
+    con.close()
+    return frame
+
+
+def test_topology_report_capacity_summary_per_pool(topology_report):
+    db, out = topology_report
+    capacity = topology_findings(db)["schedulable_capacity"]
+    lines = skeleton((out / "fleet.html").read_text()).splitlines()
+    start = lines.index("Schedulable capacity")
+    rows = {cells[1]: cells[2:] for cells in (line.split("|") for line in lines[start + 3:start + 5])}
+    h100 = capacity[(capacity["gpu_model"] == support.H100) & (capacity["free_gpus"] >= 8)]
+    share = (h100["jobs_8"] == 0).sum() / len(h100)
+    assert rows[support.H100][6] == f"{100 * share:.1f} %"
+    assert rows[support.L40S][5] == rows[support.L40S][7] == "" and rows[support.L40S][3] == "1"  # no NVLink pair free
+
+
+def test_topology_team_pages_show_their_own_rows(topology_report):
+    from gpuwatch.report.weekly import slug
+
+    _, out = topology_report
+    research = (out / f"team-{slug('research')}.html").read_text()
+    ads = (out / f"team-{slug('ads')}.html").read_text()
+    assert "ml/train-a-0" in research and "ml/gang-0" in research and "Schedulable capacity" not in research
+    assert "No misplaced or spread multi-GPU jobs this week for this team" in ads
+    assert "No pending pod waited for a block this week for this team." in ads
+
+
+def test_topology_unknown_without_the_topology_file(tmp_path):
+    db = support.load_without_topology(tmp_path / "no-topology.duckdb")
+    out = tmp_path / "out"
+    assert cli.main(["report", "weekly", "--db", str(db), "--out", str(out), "--week", WEEK]) == 0
+    for page in out.glob("*.html"):
+        html = page.read_text()
+        assert '<section id="topology">' in html, page.name
+        assert "Topology unknown — the exporter&#39;s gpuwatch_gpu_link_info series or a topology bundle file is " \
+               "needed" in html, page.name
+        assert 'id="capacity-table"' not in html, page.name  # no block counted
+        rows = section_lines(html, "Misplaced and spread jobs")
+        verdicts = {line.split("|")[3 if "fleet" in page.name else 2] for line in rows[2:]}
+        assert verdicts <= {"spread"}, (page.name, verdicts)  # nodes spanned need no links; nothing else judged
+        if rows[0].startswith("Multi-GPU jobs placed"):
+            assert "could not be judged: topology unknown" in rows[0], page.name

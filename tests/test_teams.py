@@ -170,6 +170,6 @@ def test_a_store_from_before_pod_labels_gains_the_column(tmp_path):
     try:
         assert "labels" in [r[0] for r in con.execute("DESCRIBE pods").fetchall()]
         store.load_bundle(con, SAMPLE_DATA)
-        assert con.execute("SELECT count(*) FROM stg_pods WHERE labels LIKE '%cost_center%'").fetchone()[0] == 239
+        assert con.execute("SELECT count(*) FROM stg_pods WHERE labels LIKE '%cost_center%'").fetchone()[0] == 475
     finally:
         con.close()

@@ -19,7 +19,9 @@ KINDS = {"reclaim_idle": "Give back idle GPUs", "rightsize_mig": "Right-size to 
          "reset_gpu": "Reset GPUs holding orphaned memory", "pin_driver": "Pin the pool's driver",
          "cordon_gpu": "Cordon failing GPUs", "investigate_xid": "Investigate application XIDs",
          "investigate_host_memory": "Investigate OOMKilled (host memory)",
-         "investigate_straggler": "Investigate stragglers"}
+         "investigate_straggler": "Investigate stragglers",
+         "fix_placement": "Fix multi-GPU placement (topology; estimate)",
+         "defragment": "Defragment GPU pools (opportunity cost)"}
 frame = frame.assign(what=frame["kind"].map(KINDS).fillna(frame["kind"]))
 picked = st.multiselect("Kind", sorted(frame["what"].unique()), key="recs_kind", placeholder="All kinds")
 shown = frame[frame["what"].isin(picked)] if picked else frame

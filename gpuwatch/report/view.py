@@ -13,7 +13,7 @@ import pandas as pd
 from gpuwatch import mig as mig_geometry
 from gpuwatch import recommendations
 from gpuwatch.analyses import chargeback
-from gpuwatch.report import charts, health
+from gpuwatch.report import charts, health, topology
 
 PARTS = {"productive_usd": "productive", "false_util_usd": "false-util", "idle_usd": "idle",
          "unobserved_usd": "unobserved"}
@@ -200,6 +200,7 @@ def _findings(data, *, team: str | None) -> dict:
         "failures": health.failure_rows(data.frames, team=team,
                                  namespaces=set(data.frames["chargeback"].query("team == @team")["namespace"])
                                  if team is not None else None),
+        "topology": topology.section(data.frames, team=team),
     }
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from gpuwatch import analyses, store
 from gpuwatch.analyses import params as analysis_params
-from gpuwatch.findings import FAILURES, csvfile, findings
+from gpuwatch.findings import FAILURES, TOPOLOGY, csvfile, findings
 from gpuwatch.report import isoweek as weeks
 from gpuwatch.report import render, view
 from gpuwatch.report.isoweek import Week
@@ -61,7 +61,8 @@ def gather(con: Any, week: Week, *, db_name: str, complete: bool = True,
     limits = dict(analysis_params.DEFAULTS if thresholds is None else thresholds)
     this = analysis_params.params(week.start, week.end, **limits, group_by=group_by)
     last = analysis_params.params(week.previous().start, week.previous().end, **limits)
-    frames = findings(con, this, only=("idle_hoarding", "false_utilization", "chargeback", *FAILURES, "recommendations"))
+    frames = findings(con, this, only=("idle_hoarding", "false_utilization", "chargeback", *FAILURES, *TOPOLOGY,
+                                       "recommendations"))
     frames["reclaim_audit"] = analyses.run(con, "reclaim_audit", **this)
     frames["previous_chargeback"] = findings(con, last, only=("chargeback",))["chargeback"]
     coverage = analyses.run(con, "data_coverage") if coverage is None else coverage
