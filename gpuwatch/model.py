@@ -66,9 +66,16 @@ BUNDLE_COLUMNS: dict[str, tuple[str, ...]] = {
     # the pod's ``pod_uid``, 0 for a process in no pod's cgroup (a host process), empty when its cgroup could
     # not be read; ``fb_used_bytes`` the memory it holds on the device (a MIG instance: ``mig_gi_id``).
     "processes": ("ts", "node", "gpu_uuid", "mig_gi_id", "pid", "pod_uid", "in_pod", "fb_used_bytes"),
+    # The batch schedulers' own pending gauges, where they run (docs/architecture.md#topology): ``scheduler``
+    # kueue | volcano, ``queue`` (Kueue ClusterQueue, Volcano queue), ``job`` (Volcano job id), ``status``
+    # (Kueue: active | inadmissible; Volcano: pending | unschedulable), ``pending`` the count in ``unit``
+    # (workloads | pod_groups | tasks). One row per series and time.
+    "scheduler_pending": ("ts", "scheduler", "queue", "job", "status", "unit", "pending"),
 }
 HEALTH_KINDS: tuple[str, ...] = ("xid", "ecc_dbe", "row_remap_failure", "lost")
 POD_PHASES: tuple[str, ...] = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+SCHEDULERS: tuple[str, ...] = ("kueue", "volcano")
+SCHEDULER_UNITS: tuple[str, ...] = ("workloads", "pod_groups", "tasks")
 
 # Columns of the simulator's ground truth (not part of the bundle contract; analyses never read it).
 # ``topology`` (empty for most pods): well_placed | misplaced (a multi-GPU pod on a worse block than one

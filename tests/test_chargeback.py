@@ -42,7 +42,7 @@ pod_strategy = st.fixed_dictionaries({
 })
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prices=st.lists(st.one_of(st.none(), st.floats(0.01, 50)), min_size=2, max_size=2),
        profile_share=st.one_of(st.none(), st.floats(0.01, 1)),
        pods=st.lists(pod_strategy, max_size=12))

@@ -17,10 +17,10 @@ from tests.test_app_browser import free_port
 pytestmark = pytest.mark.slow
 
 
-def _demo(tmp_path, env=None) -> tuple[str, object]:
+def _demo(tmp_path, env=None, extra: tuple[str, ...] = ()) -> tuple[str, object]:
     work = tmp_path / ".demo"
     out = subprocess.run([sys.executable, "-m", "gpuwatch", "demo", "--no-app", "--workdir", str(work),
-                          "--exporter-listen", f"127.0.0.1:{free_port()}", "--live-seconds", "8s"],
+                          "--exporter-listen", f"127.0.0.1:{free_port()}", "--live-seconds", "8s", *extra],
                          capture_output=True, text=True, cwd=ROOT, env=env or os.environ.copy(), timeout=240)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     text = out.stdout + out.stderr
@@ -54,6 +54,6 @@ def test_without_prometheus_the_demo_ingests_the_exporters_own_pages(tmp_path):
     bindir.mkdir()
     (bindir / "python3").symlink_to(sys.executable)
     env = {**os.environ, "PATH": str(bindir)}
-    text, work = _demo(tmp_path, env=env)
+    text, work = _demo(tmp_path, env=env, extra=("--gpus", "8"))  # the live leg is what this test is about
     assert "no `prometheus` installed: saved" in text and "-> /metrics pages -> ingest -> analyze" in text
     assert _live_samples(work) > 0

@@ -108,7 +108,7 @@ pod_shapes = st.one_of(st.tuples(st.sampled_from([1, 2, 4]), st.just(1000)),
                        st.tuples(st.just(1), st.integers(1, 19).map(lambda x: x * 50)))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=4),
        st.lists(st.tuples(pod_shapes, st.booleans()), min_size=1, max_size=30))
 @example([1], [((1, 1000), False)] * 5 + [((2, 1000), False)] * 2 + [((4, 1000), False)] * 2

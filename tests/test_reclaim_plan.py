@@ -182,7 +182,7 @@ def _opted_in(pod, policy):
     return pod.namespace_labels.get("gpuwatch.io/reclaim") == "enabled" or pod.namespace in policy.namespaces
 
 
-@settings(max_examples=7000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(clusters(), st.booleans())
 def test_policy_laws(cluster, simulate):
     pods, findings, policy, recent = cluster
@@ -220,7 +220,7 @@ def test_policy_laws(cluster, simulate):
         assert mine == 0 or earlier + mine <= policy.max_actions_per_team_per_hour
 
 
-@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(clusters(), st.randoms(use_true_random=False))
 def test_plan_does_not_depend_on_input_order(cluster, rng: random.Random):
     pods, findings, policy, recent = cluster

@@ -65,6 +65,7 @@ def write_bundle(fleet: workloads.Fleet, out: Path, *, step: float = 60.0, fmt: 
              "health": health_frame(fleet, fmt=small_fmt), "topology": topology_frame(fleet)}
     if fleet.processes:  # the simulator models processes only where a failure mode plants them
         small["processes"] = processes_frame(fleet, fmt=small_fmt)
+    small["scheduler_pending"] = scheduler_pending_frame(fleet, fmt=small_fmt)
     for name, frame in small.items():
         _write_small(frame, out / f"{name}.{small_fmt}")
     pd.DataFrame(fleet.truth, columns=list(TRUTH_COLUMNS)).to_csv(out / "truth.csv", index=False)
@@ -133,6 +134,40 @@ def health_frame(fleet: workloads.Fleet, *, fmt: str):
     frame = pd.DataFrame(list(fleet.health), columns=list(BUNDLE_COLUMNS["health"]))
     frame["ts"] = _stamps(frame["ts"], fmt=fmt)
     return frame.astype({"node": "string", "gpu_uuid": "string", "kind": "string", "code": "Int64"})
+
+
+QUEUE_TICK = 300.0  # the simulated Kueue's pending gauge, one value per 5 minutes
+
+
+def scheduler_pending_frame(fleet: workloads.Fleet, *, fmt: str):
+    """What Kueue's ``kueue_pending_workloads{cluster_queue, status="active"}`` would have read: per 5-minute
+    tick, the pods Pending with a GPU request, per ClusterQueue (one per GPU product the pods select, else
+    "default"); a pod is Pending from its Pending row to its next state change (or the window's end)."""
+    import json
+
+    import numpy as np
+    import pandas as pd
+
+    by_pod: dict[tuple, list[dict]] = {}
+    for row in fleet.pod_status:
+        by_pod.setdefault((row["namespace"], row["pod"]), []).append(row)
+    ticks = np.arange(np.ceil(fleet.start / QUEUE_TICK) * QUEUE_TICK, fleet.end, QUEUE_TICK)
+    counts: dict[str, np.ndarray] = {}
+    for rows in by_pod.values():
+        rows = sorted(rows, key=lambda r: r["ts"])
+        for row, after in zip(rows, [*rows[1:], None], strict=True):
+            if row["phase"] != "Pending" or not row.get("gpu_request"):
+                continue
+            selector = json.loads(row["node_selector"]) if row.get("node_selector") else {}
+            queue = "gpu-" + selector[GPU_PRODUCT_LABEL].lower() if GPU_PRODUCT_LABEL in selector else "default"
+            until = after["ts"] if after is not None else fleet.end
+            counts.setdefault(queue, np.zeros(len(ticks)))[(ticks >= row["ts"]) & (ticks < until)] += 1
+    rows = [(t, "kueue", queue, None, "active", "workloads", v)
+            for queue, values in sorted(counts.items()) for t, v in zip(ticks.tolist(), values.tolist(), strict=True)]
+    frame = pd.DataFrame(rows, columns=list(BUNDLE_COLUMNS["scheduler_pending"]))
+    frame["ts"] = _stamps(frame["ts"].astype(float), fmt=fmt)
+    return frame.astype({"scheduler": "string", "queue": "string", "job": "string", "status": "string",
+                         "unit": "string", "pending": "float64"})
 
 
 def processes_frame(fleet: workloads.Fleet, *, fmt: str):

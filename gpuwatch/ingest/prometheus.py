@@ -32,6 +32,7 @@ from gpuwatch.ingest import (
     promframes,
     promframes_health,
     promframes_processes,
+    promframes_queues,
     promframes_status,
     promframes_topology,
 )
@@ -163,7 +164,8 @@ def read(client: Client, grid: list[tuple[float, float]], *, step: float, nodes_
          progress: Callable[[int, int], None] | None = None) -> tuple[list, promframes.Context]:
     """Every series the frames need, as ``promframes.Series``, plus the context they need."""
     lo, hi = grid[0][0], grid[-1][1]
-    names = set(client.values("__name__", match=f'{{__name__=~"{GPU_NAMES}|kube_pod_.*|kube_node_labels|kube_node_status_capacity"}}',
+    queues = "|".join(promframes_queues.GAUGES)
+    names = set(client.values("__name__", match=f'{{__name__=~"{GPU_NAMES}|kube_pod_.*|kube_node_labels|kube_node_status_capacity|{queues}"}}',
                               start=lo, end=hi))
     fields = [n for n in names if n in promframes.SAMPLE_FIELDS]
     fields += sorted({"gpuwatch_gpu_allocation_info"} & names)
@@ -173,6 +175,8 @@ def read(client: Client, grid: list[tuple[float, float]], *, step: float, nodes_
             for n in sorted(fields) for s in shards for g in grid]
     plan += [(_last(f"{n}{s}", step), n, g) for n in sorted(EVENT_NAMES & names) for s in shards for g in grid]
     plan += [(_ksm(n, step), n, g) for n in KSM_METRICS + STATUS_METRICS if n in names for g in grid]
+    # Kueue's / Volcano's own pending gauges: the last value in each step
+    plan += [(_last(n, step), n, g) for n in sorted(set(promframes_queues.GAUGES) & names) for g in grid]
     plan += [(_last(GPU_REQUESTS, step), "kube_pod_container_resource_requests", g) for g in grid
              if "kube_pod_container_resource_requests" in names]
     # capacity, MIG layout, topology, time-slicing capacity: the last value in the window, one instant query each

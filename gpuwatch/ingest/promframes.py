@@ -27,6 +27,7 @@ from gpuwatch.ingest import (
     promframes_health,
     promframes_pods,
     promframes_processes,
+    promframes_queues,
     promframes_shared,
     promframes_status,
     promframes_topology,
@@ -68,7 +69,7 @@ def field_key(name: str) -> str:
 
 def build(series: Iterable[Series], ctx: Context | None = None) -> dict:
     """Bundle frames ``devices``, ``samples``, ``pods``, ``nodes``, ``pod_status``, ``health``,
-    ``topology``, ``processes`` (model.BUNDLE_COLUMNS) from ``series``."""
+    ``topology``, ``processes``, ``scheduler_pending`` (model.BUNDLE_COLUMNS) from ``series``."""
     ctx = ctx or Context()
     series = list(series)
     ctx.target_pods = frozenset(ctx.target_pods) | target_pods(series)
@@ -90,7 +91,8 @@ def build(series: Iterable[Series], ctx: Context | None = None) -> dict:
             "pod_status": _to_datetime(status, "ts", "created_ts", "scheduled_ts"),
             "health": _to_datetime(promframes_health.health_frame(series, ctx), "ts"),
             "topology": promframes_topology.topology_frame(series),
-            "processes": _to_datetime(promframes_processes.processes_frame(series), "ts")}
+            "processes": _to_datetime(promframes_processes.processes_frame(series), "ts"),
+            "scheduler_pending": _to_datetime(promframes_queues.scheduler_pending_frame(series), "ts")}
 
 
 def nodes_frame(series: list, gpu_nodes: set[str]):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuwatch.model import BUNDLE_COLUMNS, HEALTH_KINDS, POD_PHASES
+from gpuwatch.model import BUNDLE_COLUMNS, HEALTH_KINDS, POD_PHASES, SCHEDULER_UNITS, SCHEDULERS
 from gpuwatch.store.validate import (
     BOUND_MESSAGE,
     EARLIEST_EPOCH,
@@ -34,7 +34,8 @@ from gpuwatch.store.validate import (
 from gpuwatch.topology import LINKS
 
 # Text columns holding one of a fixed set of values (case-insensitive); the sets are the model's.
-ENUMS = (("health", "kind", HEALTH_KINDS), ("pod_status", "phase", POD_PHASES), ("topology", "link", LINKS))
+ENUMS = (("health", "kind", HEALTH_KINDS), ("pod_status", "phase", POD_PHASES), ("topology", "link", LINKS),
+         ("scheduler_pending", "scheduler", SCHEDULERS), ("scheduler_pending", "unit", SCHEDULER_UNITS))
 ROW, FILE = "__row", "__file"  # technical columns every checked relation carries
 _NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
             "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE")

@@ -30,12 +30,13 @@ LIST_PRICES_FILE = Path(__file__).with_name("list_prices.csv")
 # namespace names never contain "/", so the qualifier is unambiguous; GPU and pod UIDs are unique).
 QUALIFIED = {"devices": ("node",), "samples": ("node", "namespace"), "pods": ("node", "namespace"), "nodes": ("node",),
              "pod_status": ("namespace",), "health": ("node",), "topology": ("node",),
-             "processes": ("node",)}
+             "processes": ("node",), "scheduler_pending": ("queue",)}
 # Upsert keys; NULL MIG ids compare equal (IS NOT DISTINCT FROM).
 KEYS = {"devices": ("node", "gpu_uuid", "mig_gi_id"), "pods": ("namespace", "pod", "pod_uid"),
         "prices": ("gpu_model", "node_label"), "teams": ("namespace",), "nodes": ("node",),
         "pod_status": ("ts", "namespace", "pod", "container"), "health": ("ts", "node", "gpu_uuid", "kind"),
-        "topology": ("node", "gpu_uuid", "peer_gpu_uuid"), "processes": ("ts", "node", "gpu_uuid", "mig_gi_id", "pid")}
+        "topology": ("node", "gpu_uuid", "peer_gpu_uuid"), "processes": ("ts", "node", "gpu_uuid", "mig_gi_id", "pid"),
+        "scheduler_pending": ("ts", "scheduler", "queue", "job", "status", "unit")}
 
 
 # Facts another load may have supplied (ingest --from topo.txt --node writes a node's NUMA nodes; a later

@@ -140,6 +140,17 @@ CREATE TABLE IF NOT EXISTS processes (
     fb_used_bytes DOUBLE
 );
 
+-- The batch schedulers' pending gauges (model.BUNDLE_COLUMNS["scheduler_pending"]).
+CREATE TABLE IF NOT EXISTS scheduler_pending (
+    ts TIMESTAMP NOT NULL,
+    scheduler VARCHAR NOT NULL,
+    queue VARCHAR,
+    job VARCHAR,
+    status VARCHAR,
+    unit VARCHAR NOT NULL,
+    pending DOUBLE
+);
+
 -- Reference list prices (gpuwatch/store/list_prices.csv, dated), copied in by `ingest --prices list`:
 -- they price only models the cluster's own prices do not (stg_prices), and say so wherever they apply.
 CREATE TABLE IF NOT EXISTS list_prices (

@@ -402,3 +402,13 @@ SELECT DISTINCT ON (ts, node, gpu_uuid, mig_gi_id, pid)
        in_pod, fb_used_bytes
 FROM processes
 ORDER BY ts, node, gpu_uuid, mig_gi_id, pid, fb_used_bytes DESC NULLS LAST;
+
+-- The batch schedulers' pending gauges (model.BUNDLE_COLUMNS["scheduler_pending"]): names trimmed, empty
+-- text NULL, a non-finite count NULL (unknown), one row per (ts, series).
+CREATE OR REPLACE VIEW stg_scheduler_pending AS
+SELECT DISTINCT ON (ts, scheduler, queue, job, status, unit)
+       ts, lower(trim(scheduler)) AS scheduler, nullif(trim(queue), '') AS queue, nullif(trim(job), '') AS job,
+       nullif(trim(status), '') AS status, lower(trim(unit)) AS unit,
+       CASE WHEN isfinite(pending) THEN pending END AS pending
+FROM scheduler_pending
+ORDER BY ts, scheduler, queue, job, status, unit;

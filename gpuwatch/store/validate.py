@@ -25,9 +25,10 @@ REQUIRED = {
     "health": ("ts", "node", "gpu_uuid", "kind"),
     "topology": ("node", "gpu_uuid", "peer_gpu_uuid", "link"),
     "processes": ("ts", "node", "gpu_uuid", "pid"),
+    "scheduler_pending": ("ts", "scheduler", "unit"),
 }
 TIMESTAMPS = {"samples": ("ts",), "pods": ("start_ts", "end_ts"), "pod_status": ("ts", "created_ts", "scheduled_ts"),
-              "health": ("ts",), "processes": ("ts",)}
+              "health": ("ts",), "processes": ("ts",), "scheduler_pending": ("ts",)}
 INTEGERS = {
     "devices": ("gpu_index", "fb_total_bytes", "mig_gi_id", "mig_profile_id", "mig_placement_start",
                 "mig_placement_size", "numa_node"),
@@ -43,11 +44,13 @@ FLOATS = {
     "prices": ("usd_per_gpu_hour",),
     "pod_status": ("gpu_request",),
     "processes": ("fb_used_bytes",),
+    "scheduler_pending": ("pending",),
 }
 # Counts, sizes and prices: a negative value is a broken bundle, not a reading to drop.
 NON_NEGATIVE = {"devices": INTEGERS["devices"], "pods": ("gpu_count",), "prices": ("usd_per_gpu_hour",),
                 "samples": ("mig_gi_id",), "pod_status": ("restarts", "gpu_request", "unschedulable"), "health": ("code",),
-                "topology": ("nvlinks",), "processes": ("mig_gi_id", "pid", "in_pod", "fb_used_bytes")}
+                "topology": ("nvlinks",), "processes": ("mig_gi_id", "pid", "in_pod", "fb_used_bytes"),
+                "scheduler_pending": ("pending",)}
 # Timestamps from 2000-01-01 to one day after now: milliseconds, seconds in a .prom file, a typo'd
 # year or a far-future outlier fall outside and are refused (one of them would move every window).
 EARLIEST_EPOCH = 946_684_800.0  # 2000-01-01T00:00:00Z
