@@ -106,7 +106,8 @@ CHARTS = """() => [...document.querySelectorAll('[data-testid=stVegaLiteChart]')
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", [c for c in CASES if c != "3-teams"] + ["one-team-view"])  # 3 teams: in the view
+# 3 teams: in the one-team view; one pod: its specs (test_chart_specs_keep_their_labels) are the edge case
+@pytest.mark.parametrize("case", [c for c in CASES if c not in ("3-teams", "one-pod")] + ["one-team-view"])
 def test_every_page_draws_readable_charts_in_the_browser(stores, browser, case):
     ARTIFACTS.mkdir(exist_ok=True)
     db = stores["3-teams"] if case == "one-team-view" else stores[case]

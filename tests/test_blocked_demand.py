@@ -11,7 +11,7 @@ import pytest
 from gpuwatch import analyses, recommendations
 from gpuwatch.analyses.blocked_demand import COLUMNS, cheapest_move
 from gpuwatch.recommendations_topology import rows as topology_rows
-from tests.support.topology_bundles import L4, PRICES, blocked_bundle
+from tests.support.topology_bundles import L4, PRICES, blocked_bundle, minutes
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +84,14 @@ def test_defragment_recommendation_is_an_opportunity_not_counted(blocked):
 def test_golden(blocked, golden):
     golden("analyses/blocked_demand.csv", blocked.reset_index()[list(COLUMNS)].to_csv(
         index=False, float_format="%.6g", date_format="%Y-%m-%dT%H:%M:%SZ", lineterminator="\n"))
+
+
+def test_a_pod_deleted_while_pending_waited_only_until_it_went():
+    """An unknown-phase row (ingest writes one when a pod stops being reported) ends the wait: the
+    opportunity cost is for the hour it waited, not to the end of the data."""
+    b = blocked_bundle()
+    b.status.append({"ts": minutes(65), "namespace": "ml", "pod": "wants-4", "container": "main"})
+    con, params = b.load()
+    frame = analyses.run(con, "blocked_demand", **params).set_index("pod")
+    assert frame.loc["wants-4", "pending_until"] == minutes(65)
+    assert frame.loc["wants-4", "wait_hours"] == pytest.approx(1.0)

@@ -20,7 +20,7 @@ from gpuwatch.analyses.params import params
 from gpuwatch.ingest import promfile
 
 T0 = pd.Timestamp("2026-11-09T00:00:00")
-FUZZ = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+FUZZ = settings(max_examples=18, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 TABLES = ("devices", "samples", "pods", "prices")
 
 # cells: mostly plausible, sometimes hostile

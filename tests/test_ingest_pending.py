@@ -234,3 +234,24 @@ def test_real_prometheus_end_to_end(tmp_path):
     waited = con.execute("SELECT namespace, phase, unschedulable, epoch(created_ts), until_ts FROM stg_pod_status "
                          "WHERE pod = 'gang-1' ORDER BY namespace").fetchall()
     assert waited == [("ml", "Pending", 1, T0 - 300, None), ("ml-x", "Pending", 1, T0 - 300, None)]
+
+
+def test_a_pod_deleted_while_pending_ends_with_an_unknown_row():
+    """Its series stop two steps before the read window's end: the last row, one step after its last
+    sample, has every state column empty (unknown), so nobody counts it as waiting to the end."""
+    from gpuwatch.ingest.promframes_status import pod_status_frame
+    from gpuwatch.ingest.series import Context, Series
+
+    ident = {"namespace": "ml", "pod": "cancelled", "uid": "u-c"}
+    ts = T0 + STEP * np.arange(4)
+    series = [Series("kube_pod_status_phase", ident | {"phase": "Pending"}, ts, np.ones(4)),
+              Series("kube_pod_status_phase", ident | {"phase": "Running"}, ts, np.zeros(4)),
+              Series("kube_pod_container_resource_requests", ident | {"container": "main", "resource": "nvidia_com_gpu",
+                                                                      "unit": "integer"}, ts, np.full(4, 8.0))]
+    frame = pod_status_frame(series, Context(window_end=T0 + 6 * STEP, step=STEP))
+    assert frame["ts"].tolist() == [T0, T0 + 4 * STEP]
+    assert frame.iloc[0]["phase"] == "Pending" and frame.iloc[0]["gpu_request"] == 8.0
+    assert frame.iloc[1].drop(["ts", "namespace", "pod", "container"]).isna().all()
+    # a pod reported to the window's end, and a saved page (no window), get no such row
+    assert len(pod_status_frame(series, Context(window_end=T0 + 4 * STEP, step=STEP))) == 1
+    assert len(pod_status_frame(series, Context())) == 1

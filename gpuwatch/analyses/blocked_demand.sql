@@ -2,7 +2,8 @@
 -- params: $start, $end (timestamps, window [start, end)), $blocked_min_seconds (seconds); the finisher reads capacity_bucket_seconds
 -- columns: namespace, pod, job, team, gpu_model, gpus_requested, pending_from, pending_until, wait_hours, blocked_hours, max_free_gpus, max_free_block, verdict, why, opportunity_usd, defrag_node, defrag_pods, defrag_gpus_moved
 -- docs/architecture.md#topology. A pod's first Pending episode (stg_pod_status): from its created_ts (else its
--- first Pending row) until its scheduled_ts, else its first later non-Pending row, else the data's last row,
+-- first Pending row) until its scheduled_ts, else its first later row that is not Pending (a row of unknown
+-- phase ends it too: ingest writes one when a pod stops being reported, e.g. deleted while pending), else the data's last row,
 -- clipped to the window. A pod waited when the scheduler marked it unschedulable; where that is unknown (no
 -- unschedulable values), when it waited at least $blocked_min_seconds. Only whole-GPU requests (gpu_resource nvidia.com/gpu or unknown, gpu_request > 0);
 -- MIG and time-sliced requests are not about GPU blocks. Record kinds, finished by blocked_demand.py (which
@@ -23,7 +24,8 @@ first_pending AS (
 episodes AS (
     SELECT s.namespace, s.pod, f.pending_from,
            least(coalesce(min(s.scheduled_ts) FILTER (WHERE s.scheduled_ts >= f.pending_from), (SELECT ts FROM data_end)),
-                 coalesce(min(s.ts) FILTER (WHERE lower(s.phase) <> 'pending' AND s.ts > f.first_ts), (SELECT ts FROM data_end)),
+                 coalesce(min(s.ts) FILTER (WHERE coalesce(lower(s.phase), '') <> 'pending' AND s.ts > f.first_ts),
+                          (SELECT ts FROM data_end)),
                  (SELECT ts FROM data_end)) AS pending_until,
            max(s.gpu_request) FILTER (WHERE lower(s.phase) = 'pending') AS gpus_requested,
            arg_max(s.gpu_resource, s.ts) FILTER (WHERE s.gpu_resource IS NOT NULL) AS gpu_resource,

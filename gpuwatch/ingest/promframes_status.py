@@ -26,6 +26,10 @@ everywhere: Prometheus' ``honorLabels: false`` renames KSM's own ``pod``/``names
   the ``nodeselector_<key>`` labels with keys as KSM serves them (sanitised, like ``nodes`` labels):
   ``{}`` = no selector, NULL = unknown.
 
+A pod whose series stop inside the read window (deleted, or evicted and gone) gets a last row one step
+after its last sample with every state column empty: its state is unknown from then on, never "still
+Pending" (a pending pod deleted after a minute did not wait all week). A saved page has no window: none.
+
 For each pod, at every timestamp one of its series has a sample, each of its containers (those named
 on any container series; none: one row with container NULL) has the state (phase, restarts,
 last_terminated_reason, last_exit_code, waiting_reason, job, gpu_request), pod-level columns repeated
@@ -92,7 +96,8 @@ def pod_status_frame(series: Iterable[Series], ctx: Context):
     for key in sorted(pods, key=str):
         at = _states(pods[key])
         if _requests_gpu(at):
-            rows += _changes(key, at, knows_unschedulable=knows_unschedulable)
+            last = max(float(ts.max()) for _, _, ts, _ in pods[key])
+            rows += _changes(key, at, knows_unschedulable=knows_unschedulable, gone_at=_gone_at(last, ctx))
     frame = pd.DataFrame(rows, columns=list(BUNDLE_COLUMNS["pod_status"]))
     frame = frame.astype({"ts": float, "restarts": "Int64", "last_exit_code": "Int64", "gpu_request": float,
                           "created_ts": float, "scheduled_ts": float, "unschedulable": "Int64"})
@@ -176,8 +181,18 @@ def _requests_gpu(at: dict[float, dict]) -> bool:
     return any(sum(c.get("requests", {}).values()) > 0 for state in at.values() for c in state["containers"].values())
 
 
-def _changes(key: tuple, at: dict[float, dict], *, knows_unschedulable: bool) -> list[tuple]:
-    """(ts, namespace, pod, container, *state) at the pod's first sample and at each change."""
+def _gone_at(last: float, ctx: Context) -> float | None:
+    """When a pod stopped being reported (deleted) inside a read window: one step after its ``last``
+    sample, if that is before the window's end; None for a snapshot (no window) or a pod reported to the end."""
+    if ctx.window_end is None or not ctx.step:
+        return None
+    gone = last + ctx.step
+    return gone if gone < ctx.window_end - 1e-6 else None
+
+
+def _changes(key: tuple, at: dict[float, dict], *, knows_unschedulable: bool, gone_at: float | None = None) -> list[tuple]:
+    """(ts, namespace, pod, container, *state) at the pod's first sample and at each change; at ``gone_at``
+    a row with every state column empty: no longer reported (its state from then on is unknown)."""
     containers = sorted({c for state in at.values() for c in state["containers"]}, key=str) or [None]
     before: dict[str | None, tuple] = {}
     rows = []
@@ -191,6 +206,8 @@ def _changes(key: tuple, at: dict[float, dict], *, knows_unschedulable: bool) ->
             if before.get(name, ()) != now:
                 before[name] = now
                 rows.append((t, *key, name, *now))
+    if gone_at is not None:
+        rows += [(gone_at, *key, name, *[None] * (len(BUNDLE_COLUMNS["pod_status"]) - 4)) for name in containers]
     return rows
 
 
