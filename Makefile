@@ -24,7 +24,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 test: $(STAMP) system-deps lint
-	$(BIN)/pytest -n 3 --dist loadfile --durations=25
+	$(BIN)/pytest -n 2 --dist loadfile --durations=25
 
 demo: $(STAMP)
 	$(BIN)/gpuwatch demo
