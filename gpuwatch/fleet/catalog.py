@@ -114,13 +114,12 @@ DRIVER = ("550.127.08", "12.4")
 DRIFT_DRIVER = ("535.183.01", "12.2")
 
 
-# Memory an empty device holds, in MiB, with build_fleet(failures=True): nvidia-smi on H100s (driver
-# 590, shared/data/real/nvidia_smi_captures): an idle whole GPU 0 MiB; MIG instances 9 (1g.10gb),
+# Memory an empty device holds, in MiB: nvidia-smi on H100s (driver 590,
+# shared/data/real/nvidia_smi_captures): an idle whole GPU 0 MiB; MIG instances 9 (1g.10gb),
 # 17 (2g.20gb), 26 (3g.40gb) MiB, keyed here by memory slices (4g/7g were not captured: as 3g).
+# (Before, a fleet without injected failures gave an empty device 0.6% of its framebuffer: above the
+# orphaned-memory baselines, so every empty MIG instance looked orphaned.)
 EMPTY_FB_MIB = {None: 0, 1: 9, 2: 17, 4: 26, 8: 26}
-# Without injected failures an empty device holds this share of its framebuffer (the original model;
-# the live exporter's golden output is pinned to it).
-LEGACY_EMPTY_FB_SHARE = 0.006
 
 
 # failures.csv (beside truth.csv): one row per planted instance of a failure-mode finding, in that

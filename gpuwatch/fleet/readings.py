@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from gpuwatch.fleet.catalog import GPU_SPECS, LEGACY_EMPTY_FB_SHARE, SIGNALS, Fleet, Segment
+from gpuwatch.fleet.catalog import EMPTY_FB_MIB, GPU_SPECS, SIGNALS, Fleet, Segment
 from gpuwatch.model import Device, Pod
 from gpuwatch.units import MIB
 
@@ -35,12 +35,12 @@ def signals(fleet: Fleet, segment: Segment, ts: np.ndarray) -> dict[str, np.ndar
 
 def _held_bytes(device: Device, segment: Segment, *, share: np.ndarray | None):
     """Memory the occupant holds before noise: explicit bytes, else a share the behaviour grows, else
-    the segment's fixed share (an empty device's: the legacy baseline)."""
+    the segment's fixed share; an empty device, what nvidia-smi shows one holding (catalog.EMPTY_FB_MIB)."""
     if segment.fb_bytes is not None:
         return segment.fb_bytes
-    if share is None:
-        share = segment.fb_frac if segment.pod is not None else LEGACY_EMPTY_FB_SHARE
-    return device.fb_total_bytes * share
+    if share is None and segment.pod is None:
+        return EMPTY_FB_MIB[device.mig_placement_size] * MIB
+    return device.fb_total_bytes * (segment.fb_frac if share is None else share)
 
 
 def iter_samples(fleet: Fleet, ts: np.ndarray) -> Iterator[tuple[Segment, np.ndarray, dict[str, np.ndarray]]]:
