@@ -174,17 +174,24 @@ def test_read_only_connection_sees_the_data(tmp_path):
     assert math.isclose(ro.execute("SELECT reported FROM stg_samples").fetchone()[0], 0.1)
 
 
-def test_streams_are_dense_ids_and_names_that_trim_alike_share_one(con):
+def test_stream_ids_come_from_keys_and_names_that_trim_alike_share_one(con):
     rows = [{"ts": T0, "namespace": "ns", "gpu_util": 0.1}, {"ts": T0 + pd.Timedelta(minutes=1), "namespace": " ns ", "gpu_util": 0.2},
             {"ts": T0, "gpu_uuid": "GPU-b", "pod": "q", "gpu_util": 0.3}, {"ts": T0, "gpu_uuid": "GPU-c", "pod": None}]
     store.load(con, {"samples": _samples(rows)}, source="test")
-    streams = con.execute("SELECT stream_id, gpu_uuid, namespace, pod FROM stg_streams ORDER BY stream_id").fetchall()
-    assert streams == [(0, "GPU-a", "ns", "p"), (1, "GPU-b", "ns", "q"), (2, "GPU-c", "ns", None)]
+    streams = con.execute("SELECT gpu_uuid, namespace, pod, stream_id FROM stg_streams ORDER BY gpu_uuid").fetchall()
+    assert [s[:3] for s in streams] == [("GPU-a", "ns", "p"), ("GPU-b", "ns", "q"), ("GPU-c", "ns", None)]
+    ids = {s[0]: s[3] for s in streams}
+    assert len(set(ids.values())) == 3
+    # an id depends on the key alone (not on which streams were loaded before): a load hour by hour
+    # stages what one load stages
+    other = store.connect(None)
+    store.load(other, {"samples": _samples(rows[2:3])}, source="test")
+    assert other.execute("SELECT stream_id FROM stg_streams").fetchall() == [(ids["GPU-b"],)]
     aliases = con.execute("SELECT raw_namespace, stream_id FROM stg_stream_aliases WHERE gpu_uuid = 'GPU-a' "
                           "ORDER BY raw_namespace").fetchall()
-    assert aliases == [(" ns ", 0), ("ns", 0)]
+    assert aliases == [(" ns ", ids["GPU-a"]), ("ns", ids["GPU-a"])]
     # the two spellings are one series: the second sample follows the first
-    stg = _stg(con, "stream_id, ts")
+    stg = _stg(con, "gpu_uuid, ts")
     assert list(stg["dt_seconds"].fillna(-1))[:2] == [-1, 60] and stg["in_series"].tolist() == [True, True, True, False]
 
 

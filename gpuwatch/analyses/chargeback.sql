@@ -38,11 +38,11 @@ per_stream AS (
 ),
 observed AS (
     SELECT k.namespace, k.pod, any_value(k.team) AS team,
-           coalesce(sum(s.idle_n * k.step_seconds * k.usd_per_hour) / 3600.0, 0) AS idle_usd,
-           coalesce(sum(s.false_n * k.step_seconds * k.usd_per_hour) / 3600.0, 0) AS false_util_usd,
-           coalesce(sum(s.productive_n * k.step_seconds * k.usd_per_hour) / 3600.0, 0) AS productive_usd,
-           coalesce(sum(s.samples * k.step_seconds * k.usd_per_hour) / 3600.0, 0) AS observed_usd,
-           sum(s.samples * k.step_seconds * k.gpu_share) / 3600.0 AS observed_gpu_hours,
+           coalesce(exact_sum(s.idle_n * k.step_seconds * k.usd_per_hour) / 3600.0, 0) AS idle_usd,
+           coalesce(exact_sum(s.false_n * k.step_seconds * k.usd_per_hour) / 3600.0, 0) AS false_util_usd,
+           coalesce(exact_sum(s.productive_n * k.step_seconds * k.usd_per_hour) / 3600.0, 0) AS productive_usd,
+           coalesce(exact_sum(s.samples * k.step_seconds * k.usd_per_hour) / 3600.0, 0) AS observed_usd,
+           exact_sum(s.samples * k.step_seconds * k.gpu_share) / 3600.0 AS observed_gpu_hours,
            bool_or(k.usd_per_hour IS NULL) AS observed_unpriced
     FROM per_stream s
     JOIN stg_streams k USING (stream_id)
@@ -85,7 +85,7 @@ capacity AS (
     LEFT JOIN instances i ON i.node = c.node AND i.gpu_uuid = c.gpu_uuid AND i.mig_profile = c.mig_profile
 ),
 load_steps AS (
-    SELECT node, gpu_uuid, mig_profile, t, sum(d) AS d
+    SELECT node, gpu_uuid, mig_profile, t, exact_sum(d) AS d
     FROM (SELECT node, gpu_uuid, mig_profile, lo AS t, rate AS d FROM claims
           UNION ALL SELECT node, gpu_uuid, mig_profile, hi, -rate FROM claims)
     GROUP BY ALL
@@ -105,7 +105,7 @@ over_claimed AS (
 ),
 excess AS (
     SELECT c.namespace, c.pod,
-           sum(c.rate * (least(c.hi, o.s_hi) - greatest(c.lo, o.s_lo)) * o.over_share) AS excess_gpu_seconds
+           exact_sum(c.rate * (least(c.hi, o.s_hi) - greatest(c.lo, o.s_lo)) * o.over_share) AS excess_gpu_seconds
     FROM claims c
     JOIN over_claimed o ON o.node = c.node AND o.gpu_uuid = c.gpu_uuid
          AND o.mig_profile IS NOT DISTINCT FROM c.mig_profile AND o.s_lo < c.hi AND o.s_hi > c.lo
@@ -138,8 +138,8 @@ per_pod AS (
     WHERE coalesce(a.seconds, 0) > 0 OR o.pod IS NOT NULL
 ),
 teams AS (
-    SELECT CASE WHEN unpriced THEN 'unpriced' ELSE 'team' END AS kind, team, namespace, sum(gpu_hours) AS gpu_hours,
-           sum(productive_usd) AS productive_usd, sum(false_util_usd) AS false_util_usd, sum(idle_usd) AS idle_usd,
+    SELECT CASE WHEN unpriced THEN 'unpriced' ELSE 'team' END AS kind, team, namespace, exact_sum(gpu_hours) AS gpu_hours,
+           exact_sum(productive_usd) AS productive_usd, exact_sum(false_util_usd) AS false_util_usd, exact_sum(idle_usd) AS idle_usd,
            sum(allocated_usd - observed_usd) AS unobserved_usd, count(*) AS pods,
            CAST(NULL AS VARCHAR) AS node, CAST(NULL AS VARCHAR) AS gpu_uuid, CAST(NULL AS DOUBLE) AS amount_usd,
            group_value, cluster_of(namespace) AS cluster
@@ -158,7 +158,7 @@ priced AS (
     FROM stg_gpus g
 ),
 fleet AS (
-    SELECT 'fleet' AS kind, NULL AS team, NULL AS namespace, sum(window_hours) FILTER (WHERE window_usd IS NOT NULL),
+    SELECT 'fleet' AS kind, NULL AS team, NULL AS namespace, exact_sum(CASE WHEN window_usd IS NOT NULL THEN window_hours END),
            0.0, 0.0, 0.0, 0.0, count(*) AS pods, NULL, NULL, coalesce(sum(window_usd), 0) AS amount_usd, NULL AS group_value,
            NULL AS cluster
     FROM priced

@@ -61,9 +61,9 @@ failed AS (
 ),
 outcomes AS (
     SELECT s.pool, s.driver_version, count(*) AS pods_started, count(f.pod) AS failed_starts,
-           coalesce(sum(s.gpu_equivalents * s.hours) FILTER (WHERE f.pod IS NOT NULL), 0) AS gpu_hours_lost,
+           coalesce(exact_sum(CASE WHEN f.pod IS NOT NULL THEN s.gpu_equivalents * s.hours END), 0) AS gpu_hours_lost,
            CASE WHEN NOT coalesce(bool_or(f.pod IS NOT NULL AND s.usd_per_hour IS NULL), FALSE)
-                THEN coalesce(sum(s.usd_per_hour * s.hours) FILTER (WHERE f.pod IS NOT NULL), 0) END AS usd_lost
+                THEN coalesce(exact_sum(CASE WHEN f.pod IS NOT NULL THEN s.usd_per_hour * s.hours END), 0) END AS usd_lost
     FROM started s
     LEFT JOIN failed f USING (namespace, pod)
     GROUP BY s.pool, s.driver_version

@@ -15,24 +15,24 @@ per_stream AS (
     SELECT stream_id,
            count(*) FILTER (WHERE is_false) AS false_n,
            count(*) FILTER (WHERE known) AS known_n,
-           sum(reported - effective) FILTER (WHERE is_false) AS gap_sum,
-           sum(reported) FILTER (WHERE known) AS reported_known_sum,
-           sum(effective) AS effective_sum
+           exact_sum(CASE WHEN is_false THEN reported - effective END) AS gap_sum,
+           exact_sum(CASE WHEN known THEN reported END) AS reported_known_sum,
+           exact_sum(effective) AS effective_sum
     FROM judged
     GROUP BY stream_id
 ),
 per_pod AS (
     SELECT k.namespace, k.pod,
            coalesce(any_value(k.team), k.namespace) AS team,
-           sum(s.false_n * k.step_seconds * k.gpu_share) / 3600.0 AS false_util_gpu_hours,
-           sum(s.known_n * k.step_seconds * k.gpu_share) / 3600.0 AS judged_gpu_hours,
-           sum(s.false_n * k.step_seconds) / nullif(sum(s.known_n * k.step_seconds), 0) AS false_share,
-           sum(s.gap_sum) / nullif(sum(s.false_n), 0) AS mean_gap,
-           sum(s.false_n * k.step_seconds * k.usd_per_hour) / 3600.0 AS false_util_cost_usd,
-           sum(s.gap_sum * k.step_seconds * k.usd_per_hour) / 3600.0 AS gap_cost_usd,
-           sum(s.reported_known_sum) / nullif(sum(s.known_n), 0) AS mean_reported,
+           exact_sum(s.false_n * k.step_seconds * k.gpu_share) / 3600.0 AS false_util_gpu_hours,
+           exact_sum(s.known_n * k.step_seconds * k.gpu_share) / 3600.0 AS judged_gpu_hours,
+           exact_sum(s.false_n * k.step_seconds) / nullif(exact_sum(s.known_n * k.step_seconds), 0) AS false_share,
+           exact_sum(s.gap_sum) / nullif(exact_sum(s.false_n), 0) AS mean_gap,
+           exact_sum(s.false_n * k.step_seconds * k.usd_per_hour) / 3600.0 AS false_util_cost_usd,
+           exact_sum(s.gap_sum * k.step_seconds * k.usd_per_hour) / 3600.0 AS gap_cost_usd,
+           exact_sum(s.reported_known_sum) / nullif(exact_sum(s.known_n), 0) AS mean_reported,
            -- effective is known exactly on the known rows
-           sum(s.effective_sum) / nullif(sum(s.known_n), 0) AS mean_effective,
+           exact_sum(s.effective_sum) / nullif(exact_sum(s.known_n), 0) AS mean_effective,
            sum(s.known_n) > 0 AS effective_known,
            any_value(k.node) AS series_node
     FROM per_stream s

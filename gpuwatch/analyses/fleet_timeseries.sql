@@ -32,14 +32,14 @@ grouped AS (
     SELECT CASE WHEN grouping(c.bucket) = 1 THEN 'window' ELSE 'bucket' END AS scope,
            $start::TIMESTAMP + to_seconds(coalesce(c.bucket, 0) * $bucket_seconds) AS bucket_start,
            any_value(step.seconds) AS step_seconds,
-           sum(weight) AS w, sum(weight) FILTER (WHERE allocated AND NOT idle) AS w_busy,
-           sum(weight) FILTER (WHERE idle) AS w_idle, sum(weight) FILTER (WHERE NOT allocated) AS w_free,
-           sum(reported * weight) FILTER (WHERE allocated) AS reported_sum,
-           sum(weight) FILTER (WHERE allocated AND reported IS NOT NULL) AS reported_w,
-           sum(effective * weight) FILTER (WHERE allocated) AS effective_sum,
-           sum(weight) FILTER (WHERE allocated AND effective IS NOT NULL) AS effective_w,
-           sum(usd_per_hour) AS usd, sum(usd_per_hour) FILTER (WHERE allocated AND NOT idle) AS usd_busy,
-           sum(usd_per_hour) FILTER (WHERE idle) AS usd_idle, sum(usd_per_hour) FILTER (WHERE NOT allocated) AS usd_free
+           exact_sum(weight) AS w, exact_sum(CASE WHEN allocated AND NOT idle THEN weight END) AS w_busy,
+           exact_sum(CASE WHEN idle THEN weight END) AS w_idle, exact_sum(CASE WHEN NOT allocated THEN weight END) AS w_free,
+           exact_sum(CASE WHEN allocated THEN reported * weight END) AS reported_sum,
+           exact_sum(CASE WHEN allocated AND reported IS NOT NULL THEN weight END) AS reported_w,
+           exact_sum(CASE WHEN allocated THEN effective * weight END) AS effective_sum,
+           exact_sum(CASE WHEN allocated AND effective IS NOT NULL THEN weight END) AS effective_w,
+           exact_sum(usd_per_hour) AS usd, exact_sum(CASE WHEN allocated AND NOT idle THEN usd_per_hour END) AS usd_busy,
+           exact_sum(CASE WHEN idle THEN usd_per_hour END) AS usd_idle, exact_sum(CASE WHEN NOT allocated THEN usd_per_hour END) AS usd_free
     FROM classified c CROSS JOIN step
     GROUP BY GROUPING SETS ((c.bucket), ())
 ),

@@ -33,7 +33,7 @@ resolved AS (
     LEFT JOIN gpus g ON g.node = c.node AND CAST(g.gpu_index AS VARCHAR) = c.device_id
 ),
 allocated AS (
-    SELECT g.node, g.gpu_uuid, g.gpu_model, coalesce(sum(r.share), 0) AS share
+    SELECT g.node, g.gpu_uuid, g.gpu_model, coalesce(exact_sum(r.share), 0) AS share
     FROM gpus g
     LEFT JOIN resolved r ON r.gpu_uuid = g.gpu_uuid
     GROUP BY g.node, g.gpu_uuid, g.gpu_model

@@ -12,7 +12,7 @@ WITH gpu_samples AS (
     WHERE ts >= $start AND ts < $end AND node = $node AND gpu_uuid = $gpu_uuid
 ),
 per_ts AS (
-    SELECT ts, avg(reported) AS reported, avg(effective) AS effective, sum(fb_used_bytes) AS fb_used_bytes,
+    SELECT ts, exact_avg(reported) AS reported, exact_avg(effective) AS effective, exact_sum(fb_used_bytes) AS fb_used_bytes,
            max(power_watts) AS power_watts,
            list(DISTINCT namespace || '/' || pod) FILTER (WHERE pod IS NOT NULL) AS holders
     FROM gpu_samples
@@ -20,10 +20,10 @@ per_ts AS (
 ),
 final AS (
     SELECT time_bucket(to_seconds($bucket_seconds), ts, $start::TIMESTAMP) AS bucket_start,
-           avg(reported) AS reported_util,
-           avg(effective) AS effective_util,
+           exact_avg(reported) AS reported_util,
+           exact_avg(effective) AS effective_util,
            max(fb_used_bytes) AS fb_used_bytes,
-           avg(power_watts) AS power_watts,
+           exact_avg(power_watts) AS power_watts,
            len(list_distinct(flatten(list(holders)))) AS pods,
            array_to_string(list_sort(list_distinct(flatten(list(holders)))), ', ') AS holders
     FROM per_ts

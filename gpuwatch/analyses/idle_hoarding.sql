@@ -90,17 +90,17 @@ longest AS (
 per_pod AS (
     SELECT namespace, pod,
            coalesce(any_value(team), namespace) AS team,
-           sum(idle_seconds * gpu_share) / 3600.0 AS idle_gpu_hours,
-           sum((idle_seconds + busy_seconds) * gpu_share) / 3600.0 AS observed_gpu_hours,
-           sum(idle_seconds) / nullif(sum(idle_seconds + busy_seconds), 0) AS idle_share,
+           exact_sum(idle_seconds * gpu_share) / 3600.0 AS idle_gpu_hours,
+           exact_sum((idle_seconds + busy_seconds) * gpu_share) / 3600.0 AS observed_gpu_hours,
+           exact_sum(idle_seconds) / nullif(exact_sum(idle_seconds + busy_seconds), 0) AS idle_share,
            max(idle_seconds + busy_seconds) AS observed_seconds,
            max(max_fb_idle) AS max_fb_used_bytes_idle,
-           sum(idle_seconds * usd_per_hour) / 3600.0 AS idle_cost_usd,
-           sum((idle_seconds + busy_seconds) * usd_per_hour) / 3600.0 AS observed_cost_usd,
+           exact_sum(idle_seconds * usd_per_hour) / 3600.0 AS idle_cost_usd,
+           exact_sum((idle_seconds + busy_seconds) * usd_per_hour) / 3600.0 AS observed_cost_usd,
            -- a multi-GPU pod is reclaimable only when every one of its devices is
            bool_and(reclaimable) AS reclaimable_now,
            max(trailing_start) AS last_idle_start,
-           sum(usd_per_hour) AS series_usd_per_hour,
+           exact_sum(usd_per_hour) AS series_usd_per_hour,
            any_value(node) AS series_node
     FROM judged_series
     GROUP BY namespace, pod

@@ -106,8 +106,8 @@ jobs AS (
 ),
 pod_rates AS (
     -- what the pod holds per hour: its streams' GPU shares and prices (unpriced anywhere: unknown)
-    SELECT namespace, pod, any_value(team) AS team, sum(gpu_share) AS gpu_share,
-           CASE WHEN bool_and(usd_per_hour IS NOT NULL) THEN sum(usd_per_hour) END AS usd_per_hour
+    SELECT namespace, pod, any_value(team) AS team, exact_sum(gpu_share) AS gpu_share,
+           CASE WHEN bool_and(usd_per_hour IS NOT NULL) THEN exact_sum(usd_per_hour) END AS usd_per_hour
     FROM stg_streams
     WHERE pod IS NOT NULL
     GROUP BY namespace, pod
@@ -132,8 +132,8 @@ per_pod AS (
     SELECT namespace, group_key, cause, any_value(job) AS job, count(*) AS failed_runs, count(DISTINCT pod) AS pods,
            arg_max(pod, [fullest.share, -fullest.stream_id]) AS pod,
            arg_max(fullest, [fullest.share, -fullest.stream_id]) AS fullest,
-           sum(burnt_seconds * gpu_share) / 3600.0 AS gpu_hours_burnt,
-           CASE WHEN bool_and(usd_per_hour IS NOT NULL) THEN sum(burnt_seconds * usd_per_hour) / 3600.0 END AS usd_burnt,
+           exact_sum(burnt_seconds * gpu_share) / 3600.0 AS gpu_hours_burnt,
+           CASE WHEN bool_and(usd_per_hour IS NOT NULL) THEN exact_sum(burnt_seconds * usd_per_hour) / 3600.0 END AS usd_burnt,
            min(ended_at) AS first_failure, max(ended_at) AS last_failure
     FROM burnt
     GROUP BY namespace, group_key, cause

@@ -9,9 +9,9 @@ WITH pod_samples AS (
 ),
 final AS (
     SELECT time_bucket(to_seconds($bucket_seconds), ts, $start::TIMESTAMP) AS bucket_start,
-           avg(reported) AS reported_util,
-           avg(effective) AS effective_util,
-           avg(tensor_active) AS tensor_active,
+           exact_avg(reported) AS reported_util,
+           exact_avg(effective) AS effective_util,
+           exact_avg(tensor_active) AS tensor_active,
            max(fb_used_bytes) AS fb_used_bytes,
            count(DISTINCT device_key) AS devices
     FROM pod_samples

@@ -32,8 +32,8 @@ per_pod AS (
            any_value(w.node) AS node, any_value(w.gpu_model) AS gpu_model, max(w.fb_total_bytes) AS fb_total_bytes,
            max(s.peak_fb_used_bytes) AS peak_fb_used_bytes,
            max(w.gpu_share) AS gpu_share, count(DISTINCT w.device_key) AS devices,
-           sum(s.samples * w.step_seconds) / count(DISTINCT w.device_key) AS observed_seconds,
-           sum(s.samples * w.usd_per_hour) / sum(s.samples) * count(DISTINCT w.device_key) AS current_usd_per_hour
+           exact_sum(s.samples * w.step_seconds) / count(DISTINCT w.device_key) AS observed_seconds,
+           exact_sum(s.samples * w.usd_per_hour) / exact_sum(s.samples) * count(DISTINCT w.device_key) AS current_usd_per_hour
     FROM per_stream s
     JOIN whole_streams w USING (stream_id)
     GROUP BY w.namespace, w.pod

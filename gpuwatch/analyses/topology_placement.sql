@@ -76,7 +76,7 @@ live AS (
     WHERE end_ts IS NULL OR end_ts > (SELECT min(start_ts) FROM judged)
 ),
 evidence AS (
-    SELECT k.namespace, k.pod, sum(r.nvlink_tx_bytes_per_second + r.nvlink_rx_bytes_per_second) AS nvlink_sum,
+    SELECT k.namespace, k.pod, exact_sum(r.nvlink_tx_bytes_per_second + r.nvlink_rx_bytes_per_second) AS nvlink_sum,
            count(r.nvlink_tx_bytes_per_second + r.nvlink_rx_bytes_per_second) AS nvlink_samples
     FROM stg_sample_rows r
     JOIN stg_streams k USING (stream_id)

@@ -7,28 +7,28 @@
 WITH per_stream AS (
     -- aggregate by the integer stream id first (stg_streams holds the per-stream constants)
     SELECT stream_id, count(*) AS samples,
-           sum(gpu_util) AS gpu_util_sum, count(gpu_util) AS gpu_util_n,
-           sum(gr_engine_active) AS gr_sum, count(gr_engine_active) AS gr_n,
-           sum(sm_active) AS sm_sum, count(sm_active) AS sm_n,
-           sum(tensor_active) AS tensor_sum, count(tensor_active) AS tensor_n,
+           exact_sum(gpu_util) AS gpu_util_sum, count(gpu_util) AS gpu_util_n,
+           exact_sum(gr_engine_active) AS gr_sum, count(gr_engine_active) AS gr_n,
+           exact_sum(sm_active) AS sm_sum, count(sm_active) AS sm_n,
+           exact_sum(tensor_active) AS tensor_sum, count(tensor_active) AS tensor_n,
            max(fb_used_bytes) AS max_fb_used_bytes,
-           sum(reported) AS reported_sum, count(reported) AS reported_n,
-           sum(effective) AS effective_sum, count(effective) AS effective_n
+           exact_sum(reported) AS reported_sum, count(reported) AS reported_n,
+           exact_sum(effective) AS effective_sum, count(effective) AS effective_n
     FROM stg_series_rows($start, $end)
     GROUP BY stream_id
 ),
 per_pod AS (
     SELECT k.namespace, k.pod,
            coalesce(any_value(k.team), k.namespace) AS team,
-           sum(s.samples * k.step_seconds * k.gpu_share) / 3600.0 AS gpu_hours,
-           sum(s.gpu_util_sum) / nullif(sum(s.gpu_util_n), 0) AS mean_gpu_util,
-           sum(s.gr_sum) / nullif(sum(s.gr_n), 0) AS mean_gr_engine_active,
-           sum(s.sm_sum) / nullif(sum(s.sm_n), 0) AS mean_sm_active,
-           sum(s.tensor_sum) / nullif(sum(s.tensor_n), 0) AS mean_tensor_active,
+           exact_sum(s.samples * k.step_seconds * k.gpu_share) / 3600.0 AS gpu_hours,
+           exact_sum(s.gpu_util_sum) / nullif(exact_sum(s.gpu_util_n), 0) AS mean_gpu_util,
+           exact_sum(s.gr_sum) / nullif(exact_sum(s.gr_n), 0) AS mean_gr_engine_active,
+           exact_sum(s.sm_sum) / nullif(exact_sum(s.sm_n), 0) AS mean_sm_active,
+           exact_sum(s.tensor_sum) / nullif(exact_sum(s.tensor_n), 0) AS mean_tensor_active,
            max(s.max_fb_used_bytes) AS max_fb_used_bytes,
-           sum(s.reported_sum) / nullif(sum(s.reported_n), 0) AS mean_reported,
-           sum(s.effective_sum) / nullif(sum(s.effective_n), 0) AS mean_effective,
-           sum(s.samples * k.step_seconds * k.usd_per_hour) / 3600.0 AS cost_usd,
+           exact_sum(s.reported_sum) / nullif(exact_sum(s.reported_n), 0) AS mean_reported,
+           exact_sum(s.effective_sum) / nullif(exact_sum(s.effective_n), 0) AS mean_effective,
+           exact_sum(s.samples * k.step_seconds * k.usd_per_hour) / 3600.0 AS cost_usd,
            any_value(k.node) AS series_node
     FROM per_stream s
     JOIN stg_streams k USING (stream_id)

@@ -50,17 +50,35 @@ def connect(path: str | None, *, read_only: bool = False, memory_limit: str | No
         raise BundleError(f"{path}: this store was staged by another gpuwatch version; open it once for writing "
                           "(gpuwatch ingest or analyze) to re-stage it")
     if not read_only:
-        stale = _drop_old_staging(con)
-        for name in ("schema.sql", "reclaim_audit.sql"):
-            con.execute(script(name))
-        write_mig_reference(con)
-        write_topology_reference(con)
-        con.execute(script("staging.sql"))
-        con.execute("CREATE TABLE IF NOT EXISTS store_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
-        con.execute("INSERT OR REPLACE INTO store_meta VALUES ('staging', ?)", [staging_fingerprint()])
-        if stale:
-            refresh(con)
+        con.execute("BEGIN TRANSACTION")  # killed half-way, the store stays as it was
+        try:
+            _stage(con)
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            con.close()
+            raise
     return con
+
+
+def _stage(con: Any) -> None:
+    """Create the raw tables, the staging views and macros; re-stage everything when the staged tables
+    were made by other SQL or another DuckDB (stream ids are DuckDB hashes), so a load can re-stage
+    only what it touched."""
+    import duckdb
+
+    stale = _drop_old_staging(con)
+    made_by = (_staged_by(con), _meta(con, "duckdb"))
+    for name in ("schema.sql", "reclaim_audit.sql"):
+        con.execute(script(name))
+    write_mig_reference(con)
+    write_topology_reference(con)
+    con.execute(script("staging.sql"))
+    con.execute("CREATE TABLE IF NOT EXISTS store_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+    con.execute("INSERT OR REPLACE INTO store_meta VALUES ('staging', ?), ('duckdb', ?)",
+                [staging_fingerprint(), duckdb.__version__])
+    if stale or made_by != (staging_fingerprint(), duckdb.__version__):
+        refresh(con)
 
 
 def staging_fingerprint() -> str:
@@ -74,9 +92,13 @@ def staging_fingerprint() -> str:
 
 
 def _staged_by(con: Any) -> str | None:
+    return _meta(con, "staging")
+
+
+def _meta(con: Any, key: str) -> str | None:
     if not has_table(con, "store_meta"):
         return None
-    found = con.execute("SELECT value FROM store_meta WHERE key = 'staging'").fetchall()
+    found = con.execute("SELECT value FROM store_meta WHERE key = $k", {"k": key}).fetchall()
     return found[0][0] if found else None
 
 

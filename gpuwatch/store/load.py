@@ -20,7 +20,8 @@ from typing import Any
 from gpuwatch.model import BUNDLE_COLUMNS
 from gpuwatch.store import bundle, columns
 from gpuwatch.store.columns import ROW
-from gpuwatch.store.staged import refresh, script
+from gpuwatch.store.restage import replace_samples, restage_streams, stage_all
+from gpuwatch.store.staged import refresh
 from gpuwatch.store.validate import BundleError, check_bundle_name
 
 # ``prices=[LIST_PRICES]``: copy the shipped, dated reference list prices into the store.
@@ -113,27 +114,36 @@ def _load(con: Any, parts: dict[str, tuple[Iterator, str]], *, source: str, wind
         if "samples" in parts:
             _check_not_linked(con)
             pieces, file = parts["samples"]
-            for i, part in enumerate(pieces):
-                counts["samples"] += _insert_part(con, "samples", part, file=file, append=i > 0)
-            _qualify(con, "incoming_samples", "samples", cluster)
-            carried = _replace_carried(con)
+            if cluster is None and not _has_samples(con):
+                # a first load replaces nothing: its checked rows go straight into samples (no copy)
+                counts["samples"] = sum(_insert_part(con, "samples", part, file=file, into="samples") for part in pieces)
+                carried = stage_all(con)
+            else:
+                for i, part in enumerate(pieces):
+                    counts["samples"] += _insert_part(con, "samples", part, file=file, append=i > 0)
+                _qualify(con, "incoming_samples", "samples", cluster)
+                con.execute(f"ALTER TABLE incoming_samples DROP COLUMN {ROW}")
+                carried = replace_samples(con)
             window = window or carried
+        else:
+            restage_streams(con)
         _log(con, source=source, window=window, counts=counts)
-        refresh(con)
     return counts
 
 
-def _insert_part(con: Any, name: str, part, *, file: str, append: bool = False, cluster: str | None = None) -> int:
+def _insert_part(con: Any, name: str, part, *, file: str, append: bool = False, cluster: str | None = None,
+                 into: str | None = None) -> int:
     """Type and check one part of a file in one statement; small tables are upserted by key, samples
-    gather in ``incoming_samples`` until every part is checked."""
+    gather in ``incoming_samples`` until every part is checked (``into``: straight into that table)."""
     import duckdb
 
     view, types = part(con)
     values, rules = columns.plan(name, types, file=file)
-    select = f"SELECT {', '.join(values)}, {ROW} FROM {view} WHERE {columns.guard(rules)}"
-    target = "incoming_samples" if name == "samples" else "incoming"
+    row = "" if into else f", {ROW}"
+    select = f"SELECT {', '.join(values)}{row} FROM {view} WHERE {columns.guard(rules)}"
+    target = into or ("incoming_samples" if name == "samples" else "incoming")
     try:
-        if append:
+        if append or into:
             return con.execute(f"INSERT INTO {target} {select}").fetchall()[0][0]
         con.execute(f"CREATE OR REPLACE TEMP TABLE {target} AS {select}")
     except duckdb.Error as exc:
@@ -168,8 +178,30 @@ def _upsert_incoming(con: Any, name: str) -> int:
     match = " AND ".join(f"t.{k} IS NOT DISTINCT FROM i.{k}" for k in KEYS[name])
     for column in KEPT.get(name, ()):
         con.execute(f"UPDATE incoming i SET {column} = t.{column} FROM {name} t WHERE {match} AND i.{column} IS NULL")
+    if name == "pods":  # no uid: kube-state-metrics never reported the pod, its start is only when a read first
+        # saw it, and a read that began while it ran must not move it later
+        con.execute(f"UPDATE incoming i SET start_ts = least(i.start_ts, t.start_ts) FROM pods t "
+                    f"WHERE {match} AND i.pod_uid IS NULL")
+    # pod_status: a state holds until the pod's (container's) next row, so a load replaces each one's rows
+    # over the span it carries (a row read before a late scrape arrived goes), and the span's first or last
+    # row, where it repeats the state before it (a read beginning while the pod ran, a closing row), is no
+    # change: not stored
+    span = "SELECT namespace, pod, container, min(ts) AS lo, max(ts) AS hi FROM incoming GROUP BY ALL"
+    same = "t.namespace = s.namespace AND t.pod = s.pod AND t.container IS NOT DISTINCT FROM s.container"
+    if name == "pod_status":
+        con.execute(f"DELETE FROM pod_status t USING ({span}) s WHERE {same} AND t.ts BETWEEN s.lo AND s.hi")
     con.execute(f"DELETE FROM {name} t USING incoming i WHERE {match}")
-    return con.execute(f"INSERT INTO {name} SELECT * FROM incoming").fetchall()[0][0]
+    inserted = con.execute(f"INSERT INTO {name} SELECT * FROM incoming").fetchall()[0][0]
+    if name == "pod_status":
+        state = BUNDLE_COLUMNS["pod_status"][4:]
+        repeat = " AND ".join(f"t.{c} IS NOT DISTINCT FROM lag(t.{c}) OVER w" for c in state)
+        inserted -= con.execute(
+            f"DELETE FROM pod_status d USING (SELECT t.ts, t.namespace, t.pod, t.container FROM pod_status t, ({span}) s "
+            f"WHERE {same} WINDOW w AS (PARTITION BY t.namespace, t.pod, t.container ORDER BY t.ts) "
+            f"QUALIFY row_number() OVER w > 1 AND {repeat} AND t.ts IN (s.lo, s.hi)) r "
+            "WHERE d.ts = r.ts AND d.namespace = r.namespace AND d.pod = r.pod "
+            "AND d.container IS NOT DISTINCT FROM r.container").fetchall()[0][0]
+    return inserted
 
 
 def _replace_list_prices(con: Any) -> None:
@@ -178,16 +210,6 @@ def _replace_list_prices(con: Any) -> None:
         rows = [(r["gpu_model"], float(r["usd_per_gpu_hour"]), r["as_of"], r["reference"]) for r in csv.DictReader(handle)]
     con.execute("DELETE FROM list_prices")
     con.executemany("INSERT INTO list_prices VALUES (?, ?, CAST(? AS DATE), ?)", rows)
-
-
-def _replace_carried(con: Any) -> tuple[datetime, datetime] | None:
-    """Delete the stored samples the new ones replace (replace_series.sql), insert the new ones;
-    returns the overall first and last new timestamp."""
-    con.execute(script("replace_series.sql"))
-    con.execute(f"INSERT INTO samples SELECT * EXCLUDE ({ROW}) FROM incoming_samples")
-    lo, hi = con.execute("SELECT min(ts), max(ts) FROM incoming_samples").fetchall()[0]
-    con.execute("DROP TABLE incoming_samples")
-    return None if lo is None else (lo, hi)
 
 
 def _frame_view(con: Any, frame, *, label: str) -> tuple[str, dict[str, str]]:
@@ -199,6 +221,10 @@ def _frame_view(con: Any, frame, *, label: str) -> tuple[str, dict[str, str]]:
                 f"CAST(row_number() OVER () AS BIGINT) AS {ROW}, {quoted} AS {columns.FILE} FROM incoming_frame")
     types = {row[0]: row[1] for row in con.execute("DESCRIBE incoming_frame").fetchall()}
     return "incoming_frame_rows", types
+
+
+def _has_samples(con: Any) -> bool:
+    return con.execute("SELECT EXISTS (SELECT 1 FROM samples)").fetchall()[0][0]
 
 
 def _check_not_linked(con: Any) -> None:

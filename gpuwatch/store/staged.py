@@ -1,9 +1,17 @@
-"""The store's SQL scripts and the staging refresh (store/staging.sql's tables, a node range at a time)."""
+"""The store's SQL scripts and the full staging refresh (store/staging.sql's tables, a node range at a time).
+
+A load re-stages only what it touched (store/restage.py); ``refresh`` rebuilds every staged table from
+the raw ones (a new store, a store staged by other SQL, a linked Parquet bundle, a load larger than
+what is stored). Both give the same rows (tests/test_store_incremental.py).
+"""
 
 from __future__ import annotations
 
 from importlib import resources
 from typing import Any
+
+# Rows staged per query: the series window sorts its rows in memory, ~200 bytes each.
+REFRESH_CHUNK_ROWS = 3_000_000
 
 
 def script(name: str) -> str:
@@ -11,21 +19,43 @@ def script(name: str) -> str:
     return resources.files("gpuwatch.store").joinpath(name).read_text()
 
 
-# Rows staged per query: the series window sorts its rows in memory, ~200 bytes each.
-REFRESH_CHUNK_ROWS = 3_000_000
+def run(con: Any, name: str, params: dict | None = None) -> None:
+    """Run one of the store's .sql scripts statement by statement (separated by ";" + a blank line),
+    binding to each statement the named ``params`` it uses."""
+    for statement in script(name).split(";\n\n"):
+        used = {k: v for k, v in (params or {}).items() if f"${k}" in statement}
+        if statement.strip():
+            con.execute(statement, used)
 
 
 def refresh(con: Any, *, chunk_rows: int | None = None) -> None:
     """Rebuild the materialised staging tables behind stg_samples (load() does this in its transaction)."""
-    con.execute(script("refresh.sql"))
-    chunk, dups, steps = script("refresh_chunk.sql"), script("refresh_dups.sql"), script("refresh_steps.sql")
+    con.execute(script("refresh.sql"), {"salt": stream_salt(con)})
+    if collisions(con):
+        con.execute("INSERT OR REPLACE INTO store_meta VALUES ('stream_salt', ?)", [str(stream_salt(con) + 1)])
+        refresh(con, chunk_rows=chunk_rows)
+        return
+    run(con, "refresh_empty.sql")
+    chunk, dups = script("refresh_chunk.sql"), script("refresh_dups.sql")
     for lo, hi in node_ranges(con.execute(script("refresh_nodes.sql")).fetchall(),
                               chunk_rows=chunk_rows or REFRESH_CHUNK_ROWS):
         bounds = {"node_lo": lo, "node_hi": hi}
         # merging duplicates is a 20M-group aggregate; skip it where a cheap count shows there are none
         dedup = con.execute(dups, bounds).fetchall()[0][0]
         con.execute(chunk, {**bounds, "dedup": dedup})
-        con.execute(steps, bounds)
+    con.execute(script("refresh_dts.sql"))
+    con.execute(script("refresh_streams.sql"))
+
+
+def stream_salt(con: Any) -> int:
+    """The salt of this store's stream ids (staging.sql's stream_id_of; 0 until a collision changes it)."""
+    found = con.execute("SELECT value FROM store_meta WHERE key = 'stream_salt'").fetchall()
+    return int(found[0][0]) if found else 0
+
+
+def collisions(con: Any) -> bool:
+    """True when two stream keys of stg_stream_aliases share an id."""
+    return bool(con.execute(script("stream_collisions.sql")).fetchall())
 
 
 def node_ranges(counts: list[tuple[str, int]], *, chunk_rows: int) -> list[tuple[str, str]]:

@@ -68,6 +68,13 @@ CREATE OR REPLACE MACRO is_idle(reported, effective, below) AS
 CREATE OR REPLACE MACRO is_false_util(reported, effective, reported_min, effective_below) AS
     effective IS NOT NULL AND reported >= reported_min AND effective < effective_below;
 
+-- Sums and means of fractional values whose result does not depend on the order rows arrive in (a
+-- double sum does: its rounding errors follow the order, which follows how the rows were loaded and
+-- staged). Each value is rounded to 12 decimals and summed exactly (DECIMAL), so the same rows give the
+-- same bytes however they were loaded: an hour at a time or a week at once (tests/test_store_incremental.py).
+CREATE OR REPLACE MACRO exact_sum(x) AS CAST(sum(CAST(x AS DECIMAL(38, 12))) AS DOUBLE);
+CREATE OR REPLACE MACRO exact_avg(x) AS CAST(sum(CAST(x AS DECIMAL(38, 12))) AS DOUBLE) / count(x);
+
 -- Devices: one row per GPU and per MIG instance, with its share of the GPU and its price.
 CREATE OR REPLACE VIEW stg_devices AS
 WITH raw AS (
@@ -173,24 +180,32 @@ final AS (
 )
 SELECT * FROM final;
 
--- Samples are staged in three materialised tables that store.refresh() rebuilds after every load
--- (every analysis scans them, 20M+ rows):
---   stg_stream_aliases  each raw (node, gpu_uuid, mig_gi_id, namespace, pod) key -> its stream
+-- Samples are staged in four materialised tables. A load re-stages only the devices and time ranges it
+-- replaced (store/restage.py); a full refresh (store/staged.py) rebuilds them all. Both give the same rows:
+--   stg_stream_aliases  each raw (node, gpu_uuid, mig_gi_id, namespace, pod) key -> its stream, with its
+--                       sample count
+--   stg_stream_dts      per stream, how many series rows have each interval to their predecessor (the
+--                       series step is their median: kept as counts, a load updates it without a scan)
 --   stg_streams         one row per stream = (node, device, namespace, pod) after trimming, with what
 --                       is constant along it: device_key, team, GPU share, price, series step
 --   stg_sample_rows     one row per (stream, ts): clean values and each row's place in its series
--- Analyses aggregate stg_sample_rows by the dense integer stream_id and join stg_streams after (about
+-- Analyses aggregate stg_sample_rows by the integer stream_id and join stg_streams after (about
 -- 3x cheaper than grouping 20M rows by strings); stg_samples joins them back into one wide view.
+
+-- A stream's id: a 63-bit hash of its trimmed key, so it does not depend on which streams were loaded
+-- before or in what order (a load hour by hour stages what one load of the week stages). ``salt`` is
+-- the store's (store_meta 'stream_salt'): refresh() changes it in the unlikely case two keys collide.
+CREATE OR REPLACE MACRO stream_id_of(salt, node, gpu_uuid, mig_gi_id, namespace, pod) AS
+    CAST(hash(salt, node, gpu_uuid, mig_gi_id, namespace, pod) >> 1 AS BIGINT);
 
 -- Raw keys, one pass over the samples. Units are never guessed from values here: every reader
 -- converts from the unit its source declares and the bundle contract says ratios (a bundle gpu_util
--- above 1 is refused at load). Stream ids follow (node, gpu_uuid, mig_gi_id, namespace, pod) order,
--- so a node range is a stream range.
-CREATE OR REPLACE MACRO stg_stream_aliases_for() AS TABLE
+-- above 1 is refused at load). ``src``: the table of raw rows ('samples', or a load's new rows).
+CREATE OR REPLACE MACRO stg_stream_aliases_for(salt, src := 'samples') AS TABLE
 WITH raw_keys AS (
     SELECT node, gpu_uuid, mig_gi_id, namespace, pod,
            count(*) AS samples
-    FROM samples
+    FROM query_table(src)
     GROUP BY ALL
 ),
 keyed AS (
@@ -200,18 +215,44 @@ keyed AS (
     FROM raw_keys r
 ),
 final AS (
-    SELECT *,
-           CAST(dense_rank() OVER (ORDER BY node, gpu_uuid, mig_gi_id NULLS FIRST, namespace NULLS FIRST,
-                                            pod NULLS FIRST) - 1 AS INTEGER) AS stream_id
+    SELECT *, stream_id_of(salt, node, gpu_uuid, mig_gi_id, namespace, pod) AS stream_id
     FROM keyed
 )
 SELECT * FROM final;
 
-CREATE TABLE IF NOT EXISTS stg_stream_aliases AS SELECT * FROM stg_stream_aliases_for() LIMIT 0;
+CREATE TABLE IF NOT EXISTS stg_stream_aliases AS SELECT * FROM stg_stream_aliases_for(0) LIMIT 0;
+
+CREATE TABLE IF NOT EXISTS stg_stream_dts (stream_id BIGINT, dt_seconds DOUBLE, n BIGINT);
+
+-- Each stream's series step from stg_stream_dts: the median interval between its series rows, computed
+-- from the counts as median() computes it over the rows (the middle value, or the two middle values'
+-- median); a series of one sample: 60 s; a stream without series rows: NULL (not in this table).
+CREATE OR REPLACE MACRO stg_stream_steps() AS TABLE
+WITH ordered AS (
+    SELECT stream_id, dt_seconds, n,
+           sum(n) OVER (PARTITION BY stream_id ORDER BY dt_seconds ROWS UNBOUNDED PRECEDING) AS upto,
+           sum(n) OVER (PARTITION BY stream_id) AS total
+    FROM stg_stream_dts
+    WHERE dt_seconds IS NOT NULL AND n > 0
+),
+middle AS (
+    -- 0-based positions floor((total - 1) / 2) and ceil((total - 1) / 2); an entry holds [upto - n, upto - 1]
+    SELECT stream_id,
+           min(dt_seconds) FILTER (WHERE upto - 1 >= (total - 1) // 2) AS low,
+           min(dt_seconds) FILTER (WHERE upto - 1 >= total // 2) AS high
+    FROM ordered
+    GROUP BY stream_id
+),
+series AS (
+    SELECT DISTINCT stream_id FROM stg_stream_dts WHERE n > 0
+)
+SELECT s.stream_id, coalesce(list_median([m.low, m.high]), 60.0) AS step_seconds
+FROM series s LEFT JOIN middle m USING (stream_id);
 
 -- Streams: what is constant along one: the GPU share each sample stands for and its price per hour
 -- (pod allocation first, device second), the team; step_seconds (the series' median interval, a
--- one-sample series 60 s; NULL without series rows) is filled in once the rows are staged.
+-- one-sample series 60 s; NULL without series rows: stg_stream_steps). Rebuilt whole after every load
+-- (one row per stream: cheap), so a new price, team or allocation reaches every stream.
 CREATE OR REPLACE MACRO stg_streams_for() AS TABLE
 WITH streams AS (
     SELECT DISTINCT stream_id, node, gpu_uuid, mig_gi_id, namespace, pod FROM stg_stream_aliases
@@ -227,8 +268,9 @@ final AS (
            CASE WHEN s.pod IS NOT NULL
                 THEN CAST(dense_rank() OVER (ORDER BY s.namespace NULLS FIRST, s.pod NULLS FIRST) AS INTEGER) END
                AS pod_id,
-           CAST(NULL AS DOUBLE) AS step_seconds
+           CAST(st.step_seconds AS DOUBLE) AS step_seconds
     FROM streams s
+    LEFT JOIN stg_stream_steps() st USING (stream_id)
     LEFT JOIN stg_devices d
       ON d.node = s.node AND d.gpu_uuid = s.gpu_uuid AND d.mig_gi_id IS NOT DISTINCT FROM s.mig_gi_id
     LEFT JOIN stg_pods p ON p.namespace = s.namespace AND p.pod = s.pod
@@ -237,12 +279,22 @@ SELECT * FROM final;
 
 CREATE TABLE IF NOT EXISTS stg_streams AS SELECT * FROM stg_streams_for() LIMIT 0;
 
--- Rows: clean values, one row per (stream, ts), units as ratios 0-1 (docs/architecture.md#finding-semantics). Every rule here is
+-- A series = one stream's samples that have a reported value. Each row keeps its neighbours' interval
+-- and readings so analyses find idle runs with scans and joins instead of window sorts: x at the row
+-- before / after it in its series (NULL outside a series). Used by the full staging below and by a
+-- load's re-staging (store/restage.py).
+CREATE OR REPLACE MACRO series_lag(x, stream_id, in_series, ts) AS
+    CASE WHEN in_series THEN lag(x) OVER (PARTITION BY stream_id, in_series ORDER BY ts) END;
+CREATE OR REPLACE MACRO series_lead(x, stream_id, in_series, ts) AS
+    CASE WHEN in_series THEN lead(x) OVER (PARTITION BY stream_id, in_series ORDER BY ts) END;
+
+-- Row values: clean values, one row per (stream, ts), units as ratios 0-1 (docs/architecture.md#finding-semantics). Every rule here is
 -- per node (dedup keys and series include the node), so the macro takes a
 -- node range [node_lo, node_hi] (NULL = open): refresh() runs it a few nodes at a time, keeping each
 -- window sort in memory, and the result is the same as one pass over every node.
 -- dedup := FALSE skips the duplicate merge; only for a range refresh() has checked has no duplicates.
-CREATE OR REPLACE MACRO stg_sample_rows_for(node_lo, node_hi, dedup := TRUE) AS TABLE
+-- src: the raw rows ('samples'; a load's re-staging passes its new rows).
+CREATE OR REPLACE MACRO stg_sample_values(node_lo, node_hi, dedup := TRUE, src := 'samples') AS TABLE
 WITH cleaned AS NOT MATERIALIZED (
     -- NaN, ±inf and negative readings are missing, never 0; negative rates are counter resets
     SELECT a.stream_id, s.ts,
@@ -260,7 +312,7 @@ WITH cleaned AS NOT MATERIALIZED (
            CASE WHEN isfinite(s.nvlink_rx_bytes_per_second) AND s.nvlink_rx_bytes_per_second >= 0
                 THEN s.nvlink_rx_bytes_per_second END AS nvlink_rx_bytes_per_second,
            a.pod IS NOT NULL AS has_pod
-    FROM samples s
+    FROM query_table(src) s
     JOIN stg_stream_aliases a
       ON a.node = s.node AND a.gpu_uuid = s.gpu_uuid AND a.mig_gi_id IS NOT DISTINCT FROM s.mig_gi_id
      AND a.raw_namespace IS NOT DISTINCT FROM s.namespace AND a.raw_pod IS NOT DISTINCT FROM s.pod
@@ -303,32 +355,30 @@ attributed AS (
     FROM clamped
 ),
 final AS (
-    -- a series = one stream's samples that have a reported value. Each row keeps its neighbours'
-    -- interval and readings so analyses find idle runs with scans and joins instead of window sorts.
-    SELECT *,
-           CASE WHEN in_series THEN epoch(ts) - lag(epoch(ts)) OVER series END AS dt_seconds,
-           CASE WHEN in_series THEN lead(epoch(ts)) OVER series - epoch(ts) END AS next_dt_seconds,
-           CASE WHEN in_series THEN lag(reported) OVER series END AS prev_reported,
-           CASE WHEN in_series THEN lag(effective) OVER series END AS prev_effective,
-           CASE WHEN in_series THEN lead(reported) OVER series END AS next_reported,
-           CASE WHEN in_series THEN lead(effective) OVER series END AS next_effective
-    FROM attributed
-    WINDOW series AS (PARTITION BY stream_id, in_series ORDER BY ts)
+    SELECT * FROM attributed
 )
 SELECT * FROM final;
 
-CREATE TABLE IF NOT EXISTS stg_sample_rows AS SELECT * FROM stg_sample_rows_for(NULL, NULL) LIMIT 0;
+-- Rows: their values and their place in their series (the staged table stg_sample_rows); the values
+-- come from the raw rows (stg_sample_rows_for) or, in a load's re-staging, from a table of values:
+-- the new rows' and their series neighbours' as staged (stg_sample_rows_of).
+CREATE OR REPLACE MACRO stg_series_place(ts, stream_id, in_series, reported, effective) AS {
+    'dt_seconds': epoch(ts) - series_lag(epoch(ts), stream_id, in_series, ts),
+    'next_dt_seconds': series_lead(epoch(ts), stream_id, in_series, ts) - epoch(ts),
+    'prev_reported': series_lag(reported, stream_id, in_series, ts),
+    'prev_effective': series_lag(effective, stream_id, in_series, ts),
+    'next_reported': series_lead(reported, stream_id, in_series, ts),
+    'next_effective': series_lead(effective, stream_id, in_series, ts)};
 
--- Each stream's series step: the median interval between its series rows (one sample: 60 s), for
--- the streams of a node range (a median holds its group's values: a range keeps that bounded).
-CREATE OR REPLACE MACRO stg_stream_steps(node_lo, node_hi) AS TABLE
-WITH streams AS (
-    SELECT min(stream_id) AS lo, max(stream_id) AS hi FROM stg_streams WHERE node >= node_lo AND node <= node_hi
-)
-SELECT stream_id, coalesce(median(dt_seconds), 60.0) AS step_seconds
-FROM stg_sample_rows
-WHERE in_series AND stream_id BETWEEN (SELECT lo FROM streams) AND (SELECT hi FROM streams)
-GROUP BY stream_id;
+CREATE OR REPLACE MACRO stg_sample_rows_for(node_lo, node_hi, dedup := TRUE, src := 'samples') AS TABLE
+SELECT *, unnest(stg_series_place(ts, stream_id, in_series, reported, effective))
+FROM stg_sample_values(node_lo, node_hi, dedup := dedup, src := src);
+
+CREATE OR REPLACE MACRO stg_sample_rows_of(values_src) AS TABLE
+SELECT *, unnest(stg_series_place(ts, stream_id, in_series, reported, effective))
+FROM query_table(values_src);
+
+CREATE TABLE IF NOT EXISTS stg_sample_rows AS SELECT * FROM stg_sample_rows_for(NULL, NULL) LIMIT 0;
 
 -- Every staged sample, wide: rows joined to their stream (ad-hoc queries, the app's time series).
 CREATE OR REPLACE VIEW stg_samples AS

@@ -34,8 +34,8 @@ saved AS (
 final AS (
     SELECT namespace, owner_kind, owner_name, any_value(team) AS team,
            count(*) FILTER (WHERE would_act AND NOT coalesce(was_acting, FALSE)) AS stops,
-           sum(gpu_count * hours) AS gpu_hours,
-           sum(usd_per_hour * hours) AS usd
+           exact_sum(gpu_count * hours) AS gpu_hours,
+           exact_sum(usd_per_hour * hours) AS usd
     FROM saved
     GROUP BY namespace, owner_kind, owner_name
     HAVING bool_or(would_act)
