@@ -96,7 +96,8 @@ class Grid:
         self.total = dict(zip(nodes["node"], nodes["gpus"], strict=True))
         buckets = math.ceil((end - self.start) / step)
         column = {n: i for i, n in enumerate(self.names)}
-        self.free = np.zeros((buckets, len(self.names)), dtype=np.int64)
+        # -1: the node was not observed in that bucket (unknown, never 0 free)
+        self.free = np.full((buckets, len(self.names)), -1, dtype=np.int64)
         self.mask = np.full((buckets, len(self.names)), -1, dtype=np.int64)
         masks = free["free_mask"].where(free["free_mask"].notna() & (free["unplaced"] == 0), -1)
         for node, lo, hi, count, mask in zip(free["node"], free["bucket_from"], free["bucket_to"], free["free_gpus"],
@@ -151,26 +152,47 @@ class Grid:
         lo, hi = self.buckets(w)
         if hi <= lo:
             return {**row, "verdict": "unknown", "why": "no capacity buckets cover its wait"}
-        free = self.free[lo:hi][:, pool]
+        cells = self.free[lo:hi][:, pool]
+        seen = cells >= 0
+        # the pool while it waited: its nodes observed then; a bucket is judged only when all of them were
+        # observed in it (a node missing from a bucket could have had room: unknown, never 0 free)
+        present = seen.any(axis=0)
+        judged = seen[:, present].all(axis=1) & present.any()
+        if not judged.any():
+            return {**row, "verdict": "unknown", "opportunity_usd": None,
+                    "why": "its pool was not observed in full at any time while it waited"}
+        big = np.array([self.total.get(self.names[i], 0) >= k for i in pool]) & present
+        if not big.any():
+            observed = np.where(seen, cells, 0)[judged]
+            return {**row, "verdict": "insufficient capacity", "opportunity_usd": 0.0, "blocked_hours": 0.0,
+                    "max_free_gpus": int(observed.sum(axis=1).max()), "max_free_block": int(observed.max()),
+                    "why": f"no node of its pool has {k} GPUs: no move could make room"}
+        # only nodes that can ever hold k GPUs count as room for it (GPUs free on smaller nodes are not
+        # fragmentation a move could fix)
+        free = np.where(seen, cells, 0) * big
         gang = _gang(w, waits, self.start, self.seconds, lo, hi)
         slots = (free // k).sum(axis=1)
-        enough = free.sum(axis=1) >= gang * k
-        placed = slots >= gang
+        enough = judged & (free.sum(axis=1) >= gang * k)
+        placed = judged & (slots >= gang)
         blocked = enough & ~placed
         seconds = self.overlap(w, lo, hi)
         blocked_s = float(seconds[blocked].sum())
-        row.update(blocked_hours=blocked_s / 3600, max_free_gpus=int(free.sum(axis=1).max()),
-                   max_free_block=int(free.max()))
+        row.update(blocked_hours=blocked_s / 3600, max_free_gpus=int(free[judged].sum(axis=1).max()),
+                   max_free_block=int(free[judged].max()))
         if blocked_s >= float(params["blocked_min_seconds"]):
             first = lo + int(np.argmax(blocked))
             prices = [self.price[self.names[i]] for i in pool if self.price[self.names[i]] is not None]
             return {**row, "verdict": "blocked", "why": self._why(first, pool, k, int(gang[first - lo])),
                     "opportunity_usd": k * min(prices) * blocked_s / 3600 if prices else None,
                     **self._defrag(first, pool, k)}
-        if not enough.any():
+        if not enough.any() and judged.all():
             return {**row, "verdict": "insufficient capacity", "opportunity_usd": 0.0,
-                    "why": f"its pool never had {int(gang.max()) * k} GPUs free while it waited "
-                           f"(at most {row['max_free_gpus']} free)"}
+                    "why": f"its pool never had {int(gang.max()) * k} GPUs free on nodes of {k} or more GPUs "
+                           f"while it waited (at most {row['max_free_gpus']} free)"}
+        if not enough.any():
+            return {**row, "verdict": "unknown", "opportunity_usd": None,
+                    "why": f"its pool had at most {row['max_free_gpus']} GPUs free on nodes of {k} or more GPUs "
+                           "while observed in full; part of the wait it was not"}
         if blocked_s > 0:
             return {**row, "verdict": "unknown", "opportunity_usd": None,
                     "why": f"blocked by fragmentation for {blocked_s / 60:.0f} min only (under "
@@ -185,7 +207,8 @@ class Grid:
         return self.start + pd.Timedelta(seconds=self.seconds * bucket)
 
     def _why(self, bucket: int, pool: list[int], k: int, gang: int) -> str:
-        free = [(int(self.free[bucket, i]), self.names[i], i) for i in pool if self.free[bucket, i] > 0]
+        free = [(int(self.free[bucket, i]), self.names[i], i) for i in pool
+                if self.free[bucket, i] > 0 and self.total.get(self.names[i], 0) >= k]
         free.sort(key=lambda x: (-x[0], x[1]))
         parts = [f"{name} {count} free{self._block(bucket, i)}" for count, name, i in free[:LISTED]]
         more = f" and {len(free) - LISTED} more nodes" if len(free) > LISTED else ""
@@ -202,7 +225,7 @@ class Grid:
         return f" (largest NVLink block {node.layout.largest_block(mask).bit_count()})"
 
     def _defrag(self, bucket: int, pool: list[int], k: int) -> dict:
-        free = {self.names[i]: int(self.free[bucket, i]) for i in pool}
+        free = {self.names[i]: int(self.free[bucket, i]) for i in pool if self.free[bucket, i] >= 0}
         holders = node_layouts.holders(self.records, self._at(bucket))
         best = None
         for name in sorted(free):

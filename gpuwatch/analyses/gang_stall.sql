@@ -30,7 +30,7 @@ data_end AS (
     SELECT least($end::TIMESTAMP, greatest((SELECT max(ts) FROM stg_sample_rows), (SELECT max(ts) FROM stg_pod_status)))
                AS ts
 ),
-pending AS (
+pending AS MATERIALIZED (
     SELECT s.namespace, j.job, s.pod, s.gpu_request,
            greatest(s.ts, $start::TIMESTAMP) AS t0,
            least(coalesce(s.until_ts, (SELECT ts FROM data_end)), $end::TIMESTAMP) AS t1
@@ -39,20 +39,20 @@ pending AS (
     WHERE lower(s.phase) = 'pending'
       AND greatest(s.ts, $start::TIMESTAMP) < least(coalesce(s.until_ts, (SELECT ts FROM data_end)), $end::TIMESTAMP)
 ),
-holders AS (
+holders AS MATERIALIZED (
     SELECT p.namespace, j.job, p.pod, p.gpu_count, p.gpu_equivalents, p.usd_per_hour,
            greatest(coalesce(p.start_ts, $start::TIMESTAMP), $start::TIMESTAMP) AS t0,
            least(coalesce(p.end_ts, (SELECT ts FROM data_end)), $end::TIMESTAMP) AS t1
     FROM stg_pods p
     JOIN pod_jobs j USING (namespace, pod)
 ),
-gang_jobs AS (
+gang_jobs AS MATERIALIZED (
     -- only jobs with a holder and a Pending sibling can stall
     SELECT DISTINCT namespace, job FROM holders WHERE t0 < t1
     INTERSECT
     SELECT DISTINCT namespace, job FROM pending
 ),
-holder_streams AS (
+holder_streams AS MATERIALIZED (
     SELECT k.stream_id, k.namespace, k.pod, k.step_seconds
     FROM stg_streams k
     JOIN holders h USING (namespace, pod)
@@ -78,7 +78,7 @@ idle_marked AS (
 idle_numbered AS (
     SELECT *, sum(run_start::INTEGER) OVER (PARTITION BY stream_id ORDER BY t0) AS run FROM idle_marked
 ),
-idle_runs AS (
+idle_runs AS MATERIALIZED (
     -- contiguous idle time per holder device
     SELECT k.namespace, k.pod, i.stream_id, min(i.t0) AS t0, least(max(i.t1), $end::TIMESTAMP) AS t1
     FROM idle_numbered i
@@ -91,7 +91,7 @@ points AS (
     UNION SELECT h.namespace, h.job, i.t0 FROM idle_runs i JOIN holders h USING (namespace, pod)
     UNION SELECT h.namespace, h.job, i.t1 FROM idle_runs i JOIN holders h USING (namespace, pod)
 ),
-pieces AS (
+pieces AS MATERIALIZED (
     -- the job's timeline cut at every change: within a piece nothing changes
     SELECT * FROM (
         SELECT p.namespace, p.job, p.t AS t0, lead(p.t) OVER (PARTITION BY p.namespace, p.job ORDER BY p.t) AS t1
@@ -99,7 +99,7 @@ pieces AS (
         JOIN gang_jobs g USING (namespace, job)
     ) WHERE t1 IS NOT NULL
 ),
-piece_holders AS (
+piece_holders AS MATERIALIZED (
     SELECT c.namespace, c.job, c.t0, c.t1, h.pod, any_value(h.gpu_count) AS gpu_count,
            any_value(h.gpu_equivalents) AS gpu_equivalents, any_value(h.usd_per_hour) AS usd_per_hour,
            coalesce(any_value(n.devices), 0) AS devices, count(DISTINCT i.stream_id) AS idle_devices
@@ -109,7 +109,7 @@ piece_holders AS (
     LEFT JOIN idle_runs i ON i.namespace = h.namespace AND i.pod = h.pod AND i.t0 <= c.t0 AND i.t1 > c.t0
     GROUP BY c.namespace, c.job, c.t0, c.t1, h.pod
 ),
-piece_pending AS (
+piece_pending AS MATERIALIZED (
     SELECT DISTINCT c.namespace, c.job, c.t0, p.pod
     FROM pieces c
     JOIN pending p ON p.namespace = c.namespace AND p.job = c.job AND p.t0 <= c.t0 AND p.t1 > c.t0
@@ -118,8 +118,8 @@ piece_pending AS (
 ),
 stalled AS (
     SELECT namespace, job, t0, t1,
-           sum(gpu_equivalents) AS gpu_equivalents,
-           CASE WHEN bool_and(usd_per_hour IS NOT NULL) THEN sum(usd_per_hour) END AS usd_per_hour
+           exact_sum(gpu_equivalents) AS gpu_equivalents,
+           CASE WHEN bool_and(usd_per_hour IS NOT NULL) THEN exact_sum(usd_per_hour) END AS usd_per_hour
     FROM piece_holders
     SEMI JOIN piece_pending USING (namespace, job, t0)
     GROUP BY namespace, job, t0, t1
@@ -134,8 +134,8 @@ stall_pieces AS (
 stalls AS (
     SELECT namespace, job, stall, min(t0) AS since, max(t1) AS until,
            epoch(max(t1)) - epoch(min(t0)) AS seconds,
-           sum((epoch(t1) - epoch(t0)) * gpu_equivalents) / 3600.0 AS idle_gpu_hours,
-           CASE WHEN bool_and(usd_per_hour IS NOT NULL) THEN sum((epoch(t1) - epoch(t0)) * usd_per_hour) / 3600.0 END
+           exact_sum((epoch(t1) - epoch(t0)) * gpu_equivalents) / 3600.0 AS idle_gpu_hours,
+           CASE WHEN bool_and(usd_per_hour IS NOT NULL) THEN exact_sum((epoch(t1) - epoch(t0)) * usd_per_hour) / 3600.0 END
                AS usd_held_idle
     FROM stall_pieces
     GROUP BY namespace, job, stall
@@ -171,77 +171,87 @@ partial AS (
     JOIN stall_holders h USING (namespace, job, stall)
     JOIN stall_pending p USING (namespace, job, stall)
 ),
-job_streams AS (
-    SELECT k.stream_id, k.namespace, j.job, k.pod, k.node, k.gpu_uuid, k.mig_gi_id, k.step_seconds
+job_streams AS MATERIALIZED (
+    -- a dense integer per job: the bucket scans below group and join millions of rows on it, not on names
+    SELECT k.stream_id, k.namespace, j.job, k.pod, k.node, k.gpu_uuid, k.mig_gi_id, k.step_seconds,
+           dense_rank() OVER (ORDER BY k.namespace, j.job) AS job_id
     FROM stg_streams k
     JOIN pod_jobs j USING (namespace, pod)
 ),
-job_steps AS (
-    SELECT namespace, job, max(step_seconds) AS step_seconds FROM job_streams GROUP BY namespace, job
+job_steps AS MATERIALIZED (
+    SELECT job_id, any_value(namespace) AS namespace, any_value(job) AS job, max(step_seconds) AS step_seconds
+    FROM job_streams GROUP BY job_id
 ),
-buckets AS (
-    SELECT s.namespace, s.job, s.stream_id, t.step_seconds,
+buckets AS MATERIALIZED (
+    SELECT s.job_id, s.stream_id, t.step_seconds,
            CAST(floor((epoch(r.ts) - epoch($start::TIMESTAMP)) / t.step_seconds) AS BIGINT) AS bucket,
-           CASE WHEN count(r.effective) = count(*) THEN avg(r.effective) END AS sm_active,
+           CASE WHEN count(r.effective) = count(*) THEN exact_avg(r.effective) END AS sm_active,
            bool_and(NOT is_idle(r.reported, r.effective, $idle_below)) AS busy
     FROM stg_series_rows($start, $end) r
     JOIN job_streams s USING (stream_id)
-    JOIN job_steps t USING (namespace, job)
-    GROUP BY s.namespace, s.job, s.stream_id, t.step_seconds, bucket
+    JOIN job_steps t USING (job_id)
+    GROUP BY s.job_id, s.stream_id, t.step_seconds, bucket
 ),
-job_buckets AS (
-    SELECT namespace, job, bucket, any_value(step_seconds) AS step_seconds, count(*) AS devices,
+job_buckets AS MATERIALIZED (
+    SELECT job_id, bucket, any_value(step_seconds) AS step_seconds, count(*) AS devices,
            count(sm_active) AS known, count(*) FILTER (WHERE busy) AS busy_devices,
-           median(sm_active) AS median_sm_active
+           list_median(list(sm_active) FILTER (WHERE sm_active IS NOT NULL)) AS median_sm_active
     FROM buckets
-    GROUP BY namespace, job, bucket
+    GROUP BY job_id, bucket
 ),
-judged_buckets AS (
+pending_buckets AS MATERIALIZED (
+    -- buckets a pod of the job was Pending in (an equality join on the job, then the overlap: an
+    -- anti-join on the overlap alone is a nested loop over every bucket)
+    SELECT DISTINCT b.job_id, b.bucket
+    FROM job_buckets b
+    JOIN job_steps t USING (job_id)
+    JOIN pending p ON p.namespace = t.namespace AND p.job = t.job
+    WHERE p.t0 < $start::TIMESTAMP + to_seconds((b.bucket + 1) * b.step_seconds)
+      AND p.t1 > $start::TIMESTAMP + to_seconds(b.bucket * b.step_seconds)
+),
+judged_buckets AS MATERIALIZED (
     SELECT b.* FROM job_buckets b
+    ANTI JOIN pending_buckets x USING (job_id, bucket)
     WHERE b.devices >= 2 AND b.known = b.devices
-      AND NOT EXISTS (SELECT 1 FROM pending p
-                      WHERE p.namespace = b.namespace AND p.job = b.job
-                        AND p.t0 < $start::TIMESTAMP + to_seconds((b.bucket + 1) * b.step_seconds)
-                        AND p.t1 > $start::TIMESTAMP + to_seconds(b.bucket * b.step_seconds))
 ),
-lagging AS (
-    SELECT b.namespace, b.job, b.stream_id, b.bucket, b.step_seconds, b.sm_active, j.median_sm_active,
+lagging AS MATERIALIZED (
+    SELECT b.job_id, b.stream_id, b.bucket, b.step_seconds, b.sm_active, j.median_sm_active,
            b.bucket - row_number() OVER (PARTITION BY b.stream_id ORDER BY b.bucket) AS run
     FROM buckets b
-    JOIN judged_buckets j USING (namespace, job, bucket)
+    JOIN judged_buckets j USING (job_id, bucket)
     WHERE j.median_sm_active - b.sm_active >= $straggler_gap
       AND j.busy_devices - b.busy::INTEGER = j.devices - 1
 ),
-lag_runs AS (
-    SELECT namespace, job, stream_id, run, min(bucket) AS first_bucket, max(bucket) AS last_bucket,
+lag_runs AS MATERIALIZED (
+    SELECT job_id, stream_id, run, min(bucket) AS first_bucket, max(bucket) AS last_bucket,
            any_value(step_seconds) AS step_seconds, count(*) * any_value(step_seconds) AS seconds,
-           avg(sm_active) AS sm_active, avg(median_sm_active) AS job_median_sm_active
+           exact_avg(sm_active) AS sm_active, exact_avg(median_sm_active) AS job_median_sm_active
     FROM lagging
-    GROUP BY namespace, job, stream_id, run
+    GROUP BY job_id, stream_id, run
     HAVING count(*) * any_value(step_seconds) >= $straggler_min_seconds
 ),
-pod_gpus AS (
+pod_gpus AS MATERIALIZED (
     -- a job pod's GPUs: the pods file's count, else its devices
     SELECT s.namespace, s.pod, coalesce(any_value(p.gpu_count), count(DISTINCT s.stream_id)) AS gpus
     FROM job_streams s
     LEFT JOIN stg_pods p USING (namespace, pod)
     GROUP BY s.namespace, s.pod
 ),
-run_members AS (
+run_members AS MATERIALIZED (
     -- the job's pods with samples during the run
-    SELECT DISTINCT l.namespace, l.job, l.stream_id, l.run, s.pod
+    SELECT DISTINCT l.job_id, l.stream_id, l.run, s.namespace, s.pod
     FROM lag_runs l
-    JOIN buckets b ON b.namespace = l.namespace AND b.job = l.job AND b.bucket BETWEEN l.first_bucket AND l.last_bucket
+    JOIN buckets b ON b.job_id = l.job_id AND b.bucket BETWEEN l.first_bucket AND l.last_bucket
     JOIN job_streams s ON s.stream_id = b.stream_id
 ),
-run_pods AS (
-    SELECT m.namespace, m.job, m.stream_id, m.run, count(*) AS pods_holding, sum(g.gpus) AS gpus_held
+run_pods AS MATERIALIZED (
+    SELECT m.job_id, m.stream_id, m.run, count(*) AS pods_holding, sum(g.gpus) AS gpus_held
     FROM run_members m
     JOIN pod_gpus g USING (namespace, pod)
-    GROUP BY m.namespace, m.job, m.stream_id, m.run
+    GROUP BY m.job_id, m.stream_id, m.run
 ),
 stragglers AS (
-    SELECT 'straggler' AS kind, l.namespace, l.job,
+    SELECT 'straggler' AS kind, t.namespace, t.job,
            $start::TIMESTAMP + to_seconds(l.first_bucket * l.step_seconds) AS since,
            $start::TIMESTAMP + to_seconds((l.last_bucket + 1) * l.step_seconds) AS until,
            l.seconds, r.pods_holding, r.gpus_held, 0 AS pods_pending, 0.0 AS gpus_pending,
@@ -252,7 +262,8 @@ stragglers AS (
                   s.pod, s.gpu_uuid || coalesce('/' || s.mig_gi_id, ''), l.sm_active * 100,
                   l.job_median_sm_active * 100, l.seconds / 60) AS recommendation
     FROM lag_runs l
-    JOIN run_pods r USING (namespace, job, stream_id, run)
+    JOIN job_steps t USING (job_id)
+    JOIN run_pods r USING (job_id, stream_id, run)
     JOIN job_streams s ON s.stream_id = l.stream_id
 ),
 final AS (

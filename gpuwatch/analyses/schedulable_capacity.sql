@@ -71,16 +71,18 @@ held AS (
     WHERE matched > 0 OR unplaced > 0
 ),
 node_seen AS (
-    -- when each node was observed (its samples in the window, to one step past the last): a bucket outside
-    -- that is unknown time, never free GPUs
-    SELECT k.node, min(r.first_ts) AS first_ts, max(r.last_ts + to_seconds(coalesce(k.step_seconds, 60.0))) AS last_ts
+    -- when each node was observed (its samples in the window, to one step past the last; a sample in the
+    -- bucket before the window counts, so samples off the bucket grid still cover the first bucket): a
+    -- bucket outside that is unknown time, never free GPUs
+    SELECT k.node, greatest(min(r.first_ts), $start::TIMESTAMP) AS first_ts,
+           max(r.last_ts + to_seconds(coalesce(k.step_seconds, 60.0))) AS last_ts
     FROM (SELECT stream_id, min(ts) AS first_ts, max(ts) AS last_ts FROM stg_sample_rows
-          WHERE ts >= $start AND ts < $end GROUP BY stream_id) r
+          WHERE ts >= $start::TIMESTAMP - to_seconds($capacity_bucket_seconds) AND ts < $end GROUP BY stream_id) r
     JOIN stg_streams k USING (stream_id)
     GROUP BY k.node
 ),
 held_by_bucket AS (
-    SELECT node, bucket, bit_or(mask) AS held_mask, sum(matched) AS matched, ceil(sum(unplaced)) AS unplaced
+    SELECT node, bucket, bit_or(mask) AS held_mask, exact_sum(matched) AS matched, ceil(exact_sum(unplaced)) AS unplaced
     FROM held GROUP BY node, bucket
 ),
 free AS (
