@@ -11,7 +11,6 @@ HTTP server (standing in for Slack's incoming webhook).
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import http.server
 import importlib.util
 import json
@@ -75,14 +74,16 @@ def test_analyzer_publishes_then_survives_a_reader_and_a_failure(tmp_path, bundl
 
 def test_later_runs_ingest_incrementally(tmp_path):
     script = load("analyzer")
-    now = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.UTC)
-    assert script.incremental(["--from", "x"], overlap_s=3600, now=now) == \
-        ["--from", "x", "--start", "2026-11-23T11:00:00Z"]
-    assert script.incremental(["--from", "x", "--start", "2026-01-01"], overlap_s=3600, now=now) == \
-        ["--from", "x", "--start", "2026-01-01"]
-    assert script.incremental(["--from", "x"], overlap_s=0, now=now) == ["--from", "x"]
+    prom = ["--from", "prometheus://prometheus:9090"]
+    assert script.incremental(prom, overlap_s=3600) == [*prom, "--since-last", "--tail", "3600s"]
+    assert script.incremental(["--from=https://thanos:10902"], overlap_s=90) == \
+        ["--from=https://thanos:10902", "--since-last", "--tail", "90s"]
+    for kept in ([*prom, "--start", "2026-01-01"], [*prom, "--since-last"], ["--from", "bundle/"]):
+        assert script.incremental(kept, overlap_s=3600) == kept
+    assert script.incremental(prom, overlap_s=0) == prom
     assert script.split_args(["--", "--from", "x", "--", "--out", "y"]) == (["--from", "x"], ["--out", "y"])
     assert script.seconds("15m") == 900 and script.seconds("1h") == 3600 and script.seconds("90") == 90
+    assert script.seconds("1h30m") == 5400 and script.seconds("500ms") == 0.5  # every duration the schema admits
 
 
 class _Hook(http.server.BaseHTTPRequestHandler):

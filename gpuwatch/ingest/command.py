@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch import store, units
-from gpuwatch.ingest import prometheus, promfile, topo
+from gpuwatch.ingest import prometheus, promfile, since, topo
 from gpuwatch.model import BUNDLE_COLUMNS
 
 TOPO_MAX_BYTES = 64 << 20  # files larger than this are not looked into for a topo -m matrix
@@ -50,6 +50,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--link", action="store_true",
                         help="bundle DIR with Parquet samples: query the Parquet files where they are instead of "
                              "copying them (large fleets; the files must stay there)")
+    parser.add_argument("--since-last", action="store_true",
+                        help="Prometheus: read only what is new: from the store's last complete step, less --tail, "
+                             "to --end (default: now); a store without samples gets the default window")
+    parser.add_argument("--tail", metavar="DURATION",
+                        help="--since-last: how much of the stored data to read again, so late scrapes and "
+                             "Prometheus restarts are repaired (default: 10m)")
+    parser.add_argument("--catch-up", metavar="DURATION",
+                        help="--since-last: a node whose last sample lags the bulk of the data by more is left out "
+                             "of the last complete step (default: 1h)")
+    parser.add_argument("--follow", action="store_true",
+                        help="repeat --since-last every --every until SIGTERM/SIGINT (exit 0); a failed cycle is "
+                             "reported and the next one runs")
+    parser.add_argument("--every", metavar="DURATION", help="--follow: pause between cycles (default: 5m)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
              "at": units.parse_utc(args.at, what="--at") if args.at else None,
              "team_label": check_label(args.team_label), "cluster": check_cluster(args.cluster),
              "node": check_node(args.node)}
+    resume = check_since_last(args)
     if args.cluster and args.link:
         raise units.UsageError("--cluster: not with --link (linked Parquet is read as it lies)")
     if args.source is None and not (args.prices or args.teams):
@@ -70,6 +84,9 @@ def run(args: argparse.Namespace) -> int:
         raise units.UsageError("--node: only with --from FILE, a saved 'nvidia-smi topo -m' output")
     check_prices(args.prices)
     check_files(args.teams, flag="--teams", what="a namespace,team CSV/Parquet")
+    if resume is not None:
+        return since.run(args.db, args.source, end=flags["end"], step=flags["step"], team_label=flags["team_label"],
+                         cluster=flags["cluster"], prices=args.prices, teams=args.teams, **resume)
     con = store.connect(args.db)
     try:
         if args.link:
@@ -85,6 +102,28 @@ def run(args: argparse.Namespace) -> int:
     finally:
         con.close()
     return 0
+
+
+def check_since_last(args: argparse.Namespace) -> dict | None:
+    """--since-last / --follow and their flags: None when not asked for, else since.run's options
+    (tail, catch_up, every); a UsageError names the flag that does not fit."""
+    if not (args.since_last or args.follow):
+        for flag, value in (("--tail", args.tail), ("--catch-up", args.catch_up), ("--every", args.every)):
+            if value is not None:
+                raise units.UsageError(f"{flag}: only with --since-last or --follow")
+        return None
+    mode = "--follow" if args.follow else "--since-last"
+    if args.source is None or not _is_url(args.source):
+        raise units.UsageError(f"{mode}: only with a Prometheus source (--from prometheus://host:port)")
+    for flag, given in (("--start", args.start), ("--link", args.link), ("--end", args.follow and args.end)):
+        if given:
+            raise units.UsageError(f"{mode}: not with {flag} (the store's last complete step is where it starts"
+                                   f"{', now where it ends' if flag == '--end' else ''})")
+    if args.every is not None and not args.follow:
+        raise units.UsageError("--every: only with --follow")
+    return {"tail": units.parse_duration(args.tail or "10m", what="--tail"),
+            "catch_up": units.parse_duration(args.catch_up or "1h", what="--catch-up"),
+            "every": units.parse_duration(args.every or "5m", what="--every") if args.follow else None}
 
 
 def check_files(files: list[str], *, flag: str, what: str) -> None:

@@ -6,26 +6,27 @@ analyzes into the copy, and renames it over the published one: rename is atomic,
 version they opened until they reopen (the app reopens when the file's mtime changes), and a
 failed run leaves the last good file in place. Stdlib only; runs in the gpuwatch image.
 
-    python analyzer.py --db /data/gpuwatch.duckdb [--every 15m] [--overlap 1h] -- INGEST_ARGS -- ANALYZE_ARGS
+    python analyzer.py --db /data/gpuwatch.duckdb [--every 15m] [--overlap 10m] -- INGEST_ARGS -- ANALYZE_ARGS
 
-Once a published file exists, ingest is incremental: `--start` = now - overlap (re-ingesting a
-window replaces it, so the overlap only repairs late or missing samples); the first run
-backfills ingest's default window.
+From Prometheus, ingest is incremental: `gpuwatch ingest --since-last --tail OVERLAP` reads from the
+store's last complete step, less the overlap (re-read, so late scrapes and Prometheus restarts are
+repaired; a re-read replaces what it carries, never adds to it), to now. The first run, with no
+published file yet, backfills ingest's default window. `--overlap 0`, or a --start or --since-last
+among the ingest flags, turns this off.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
 
 
-def run_once(db: str, ingest: list[str], analyze: list[str], *, gpuwatch: list[str],
-             overlap_s: float = 0, now: dt.datetime | None = None) -> int:
+def run_once(db: str, ingest: list[str], analyze: list[str], *, gpuwatch: list[str], overlap_s: float = 0) -> int:
     """One ingest + analyze into ``<db>.next``, then an atomic rename onto ``db``; 0 on success."""
     work = db + ".next"
     for stale in (work, work + ".wal"):
@@ -33,7 +34,7 @@ def run_once(db: str, ingest: list[str], analyze: list[str], *, gpuwatch: list[s
             os.remove(stale)
     if os.path.exists(db):
         shutil.copyfile(db, work)
-        ingest = incremental(ingest, overlap_s=overlap_s, now=now or dt.datetime.now(dt.UTC))
+    ingest = incremental(ingest, overlap_s=overlap_s)
     for step, extra in (("ingest", ingest), ("analyze", analyze)):
         argv = [*gpuwatch, step, *extra, "--db", work]
         print("analyzer: running", " ".join(argv), flush=True)
@@ -46,12 +47,20 @@ def run_once(db: str, ingest: list[str], analyze: list[str], *, gpuwatch: list[s
     return 0
 
 
-def incremental(ingest: list[str], *, overlap_s: float, now: dt.datetime) -> list[str]:
-    """``ingest`` plus ``--start now-overlap`` unless disabled (0) or the user gave --start."""
-    if overlap_s <= 0 or any(a == "--start" or a.startswith("--start=") for a in ingest):
+def incremental(ingest: list[str], *, overlap_s: float) -> list[str]:
+    """``ingest`` plus ``--since-last --tail OVERLAP`` for a Prometheus source, unless disabled (0) or
+    the user gave --start or --since-last (a bundle or file is re-read whole: a reload replaces it)."""
+    given = {a.split("=", 1)[0] for a in ingest}
+    if overlap_s <= 0 or given & {"--start", "--since-last", "--follow"} or not _from_prometheus(ingest):
         return ingest
-    start = (now - dt.timedelta(seconds=overlap_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return [*ingest, "--start", start]
+    return [*ingest, "--since-last", "--tail", f"{overlap_s:.3f}".rstrip("0").rstrip(".") + "s"]
+
+
+def _from_prometheus(ingest: list[str]) -> bool:
+    """The --from among ``ingest`` is a Prometheus URL."""
+    sources = [ingest[i + 1] for i, a in enumerate(ingest[:-1]) if a == "--from"]
+    sources += [a.split("=", 1)[1] for a in ingest if a.startswith("--from=")]
+    return any(s.startswith(("prometheus://", "http://", "https://")) for s in sources)
 
 
 def split_args(rest: list[str]) -> tuple[list[str], list[str]]:
@@ -65,21 +74,23 @@ def split_args(rest: list[str]) -> tuple[list[str], list[str]]:
 
 
 def seconds(text: str) -> float:
-    """``900``, ``90s``, ``15m`` or ``1h`` -> seconds."""
+    """``900``, ``90s``, ``15m``, ``1h``, ``1h30m`` or ``500ms`` (the chart schema's durations) -> seconds."""
     text = str(text).strip()
-    scale = {"s": 1, "m": 60, "h": 3600}.get(text[-1:])
-    try:
-        return float(text[:-1]) * scale if scale else float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 900, 15m, 1h)") from None
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 900, 15m, 1h)")
+    return sum(float(n) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[u] for n, u in parts)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", required=True, help="published DuckDB file")
     parser.add_argument("--every", type=seconds, default=0, help="pause between runs (900, 15m); 0 = run once (default)")
-    parser.add_argument("--overlap", type=seconds, default=3600,
-                        help="incremental ingest re-reads this much before now (default: 1h; 0 = full window)")
+    parser.add_argument("--overlap", type=seconds, default=600,
+                        help="from Prometheus, each run re-reads this much of the stored data and what is new "
+                             "(ingest --since-last --tail; default: 10m; 0 = ingest's full default window)")
     parser.add_argument("--gpuwatch", default="gpuwatch", help="the gpuwatch command (default: %(default)s)")
     args, rest = parser.parse_known_args(argv)
     ingest, analyze = split_args(rest)
