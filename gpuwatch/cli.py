@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reclaim": ("gpuwatch.reclaim.command", "auto-reclaim controller for idle GPUs (dry-run by default)"),
     "app": ("gpuwatch.app_command", "start the Streamlit app on a DuckDB file (read-only)"),
     "demo": ("gpuwatch.demo", "simulate -> exporter -> ingest -> analyze -> app, on an embedded fleet"),
+    "lake": ("gpuwatch.lake.command", "put data into hive-partitioned Parquet on S3 or a directory, or get it back"),
 }
 
 
