@@ -12,6 +12,7 @@ import dataclasses
 import datetime as dt
 import os
 import sys
+import threading
 from dataclasses import dataclass
 
 import pandas as pd
@@ -71,10 +72,23 @@ def scope(argv: list[str] | None = None, headers=None) -> tuple[str, ...] | None
     return tuple(sorted({t.strip() for t in fixed})) if fixed else None
 
 
-@st.cache_resource(show_spinner=False, max_entries=4)
+@st.cache_resource(show_spinner=False)
+def _open_versions() -> tuple[threading.Lock, dict]:
+    return threading.Lock(), {}
+
+
 def _connection(path: str, mtime: float):
-    # one read-only connection per file version; queries use their own cursor (thread safety)
-    return store.connect(path, read_only=True)
+    """One read-only connection per file, to its latest version; queries use their own cursor (thread
+    safety). The older version's connection is closed first: DuckDB keeps one database instance per path
+    in a process while any connection to it is open, so a new connection would read the replaced file."""
+    lock, versions = _open_versions()
+    with lock:
+        held = versions.get(path)
+        if held is None or held[0] != mtime:
+            if held is not None:
+                held[1].close()
+            versions[path] = (mtime, store.connect(path, read_only=True))
+        return versions[path][1]
 
 
 @st.cache_data(show_spinner=False, max_entries=256)

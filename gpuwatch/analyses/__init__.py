@@ -95,17 +95,23 @@ def persist(con: Any, params: dict[str, Any], *, runs: dict[str, tuple[dict[str,
 
     Needs a writable connection; returns how many results were stored. The analyze step calls it
     after loading data, for its window: a later load (store.load, logged in ingest_log) makes the
-    stored results stale and ``run`` recomputes. Results of older data are dropped here.
+    stored results stale and ``run`` recomputes. Results of older data are dropped here. All in ONE
+    transaction: a run killed half-way leaves the stored results as they were (tests/test_durability.py).
     """
-
-    persisted.prune(con)
-    stored = 0
-    for name, variants in (PERSISTED if runs is None else runs).items():
-        text, used = sql(name), body_params(name)
-        for extra in variants:
-            merged = {**params, **extra}
-            persisted.save(con, name, text, {k: v for k, v in merged.items() if k in used})
-            stored += 1
+    con.execute("BEGIN TRANSACTION")
+    try:
+        persisted.prune(con)
+        stored = 0
+        for name, variants in (PERSISTED if runs is None else runs).items():
+            text, used = sql(name), body_params(name)
+            for extra in variants:
+                merged = {**params, **extra}
+                persisted.save(con, name, text, {k: v for k, v in merged.items() if k in used})
+                stored += 1
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
     return stored
 
 

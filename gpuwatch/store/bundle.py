@@ -87,8 +87,10 @@ def parquet_source(path: Path) -> str:
 def _parquet_view(con, path: Path) -> tuple[str, dict[str, str]]:
     files = _parquet_files(path)
     try:
-        con.read_parquet(files, file_row_number=True, filename=True, hive_partitioning=path.is_dir(),
-                         union_by_name=True).create_view("bundle_file", replace=True)
+        relation = con.read_parquet(files, file_row_number=True, filename=True, hive_partitioning=path.is_dir(),
+                                    union_by_name=True)
+        # a temporary view: a persistent one would stay in the store, naming files that may be gone
+        con.execute(f"CREATE OR REPLACE TEMP VIEW bundle_file AS {relation.sql_query()}")
     except Exception as exc:  # duckdb raises several types for unreadable files
         raise BundleError(f"{path}: not a readable Parquet file or directory ({exc})") from exc
     con.execute(f"CREATE OR REPLACE TEMP VIEW bundle_part AS SELECT * EXCLUDE (file_row_number, filename), "
