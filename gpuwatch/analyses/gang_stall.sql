@@ -182,6 +182,10 @@ job_steps AS MATERIALIZED (
     SELECT job_id, any_value(namespace) AS namespace, any_value(job) AS job, max(step_seconds) AS step_seconds
     FROM job_streams GROUP BY job_id
 ),
+multi_device_jobs AS MATERIALIZED (
+    -- a bucket is judged only with two devices in it: a job with one stream never is
+    SELECT job_id FROM job_streams GROUP BY job_id HAVING count(*) >= 2
+),
 buckets AS MATERIALIZED (
     SELECT s.job_id, s.stream_id, t.step_seconds,
            CAST(floor((epoch(r.ts) - epoch($start::TIMESTAMP)) / t.step_seconds) AS BIGINT) AS bucket,
@@ -190,6 +194,7 @@ buckets AS MATERIALIZED (
     FROM stg_series_rows($start, $end) r
     JOIN job_streams s USING (stream_id)
     JOIN job_steps t USING (job_id)
+    SEMI JOIN multi_device_jobs USING (job_id)
     GROUP BY s.job_id, s.stream_id, t.step_seconds, bucket
 ),
 job_buckets AS MATERIALIZED (
