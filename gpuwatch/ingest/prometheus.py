@@ -20,8 +20,10 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -38,6 +40,7 @@ from gpuwatch.ingest import (
 )
 
 MAX_POINTS = 11_000  # Prometheus rejects a query_range that would return more per series
+CONCURRENCY = 4  # range queries in flight at once (Prometheus' own --query.max-concurrency defaults to 20)
 GPU_NAMES = "DCGM_FI_.*|dcgm_.*|gpuwatch_.*"
 NODE_LABELS = ("hostname", "Hostname")
 KSM_METRICS = ("kube_pod_info", "kube_pod_owner", "kube_pod_labels", "kube_pod_start_time", "kube_pod_created",
@@ -68,6 +71,7 @@ class Client:
     backoff: float = 0.5
     sleep: Callable[[float], None] = time.sleep
     queries: int = field(default=0, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self):
         import requests
@@ -89,7 +93,8 @@ class Client:
                                           f"(gave up after {self.retries + 1} attempts)") from exc
             else:
                 if (reply.status_code < 500 and reply.status_code != 429) or last:
-                    self.queries += 1
+                    with self._lock:
+                        self.queries += 1
                     return parse_reply(reply.status_code, reply.content, what=f"{self.url}{path} {params.get('query', '')}")
             self.sleep(self.backoff * 2 ** attempt)
         raise AssertionError("unreachable")
@@ -148,20 +153,22 @@ def parse_matrix(data, *, query: str = "") -> list[tuple[dict, np.ndarray, np.nd
 def fetch(url: str, *, start: float | datetime, end: float | datetime, step: float = 60.0,
           chunk: float = 86_400.0, session=None, nodes_per_query: int = 16, team_label: str = "team",
           shared_replicas: float | None = None, progress: Callable[[int, int], None] | None = None,
-          client: Client | None = None) -> dict:
+          client: Client | None = None, concurrency: int = CONCURRENCY) -> dict:
     """Bundle frames (devices, samples, pods) for ``[start, end)`` at ``step`` seconds."""
     client = client or Client(url, session=session)
     start, end = _epoch(start), _epoch(end)
     grid = time_chunks(start, end, step=step, chunk=chunk)
     if not grid:
         raise ValueError(f"empty window: start {start} >= end {end}")
-    series, ctx = read(client, grid, step=step, nodes_per_query=nodes_per_query, progress=progress)
+    series, ctx = read(client, grid, step=step, nodes_per_query=nodes_per_query, progress=progress,
+                       concurrency=concurrency)
     ctx.team_label, ctx.shared_replicas = team_label, shared_replicas
     return promframes.build(series, ctx)
 
 
 def read(client: Client, grid: list[tuple[float, float]], *, step: float, nodes_per_query: int,
-         progress: Callable[[int, int], None] | None = None) -> tuple[list, promframes.Context]:
+         progress: Callable[[int, int], None] | None = None,
+         concurrency: int = CONCURRENCY) -> tuple[list, promframes.Context]:
     """Every series the frames need, as ``promframes.Series``, plus the context they need."""
     lo, hi = grid[0][0], grid[-1][1]
     queues = "|".join(promframes_queues.GAUGES)
@@ -182,12 +189,18 @@ def read(client: Client, grid: list[tuple[float, float]], *, step: float, nodes_
     # capacity, MIG layout, topology, time-slicing capacity: the last value in the window, one instant query each
     last = [(_last(f"{n}{s}", hi - lo + step), n) for n in device for s in shards]
     last += [(_last(q, hi - lo + step), q.split("{")[0]) for q in SHARED_REPLICAS if q.split("{")[0] in names]
+    def ranged(item: tuple) -> list:
+        expr, name, (a, b) = item
+        return [promframes.Series(name, labels, ts, v) for labels, ts, v in client.query_range(expr, a, b, step)]
+
     out = []
-    for done, (expr, name, (a, b)) in enumerate(plan, 1):
-        out += [promframes.Series(name, labels, ts, v)
-                for labels, ts, v in client.query_range(expr, a, b, step)]
-        if progress:
-            progress(done, len(plan))
+    # a few queries in flight: Prometheus evaluates one while the reply of another is parsed here
+    # (results are taken in plan order; the first error ends the read)
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        for done, series in enumerate(pool.map(ranged, plan), 1):
+            out += series
+            if progress:
+                progress(done, len(plan))
     for expr, name in last:
         out += [promframes.Series(name, labels, ts, v) for labels, ts, v in client.query(expr, hi)]
     targets = {(s.get("namespace"), s["pod"]) for s in client.series("up", start=lo, end=hi) if s.get("pod")}
