@@ -32,6 +32,7 @@ demo: $(STAMP)
 bench: $(STAMP) system-deps
 	$(BIN)/python bench/exporter.py --quick
 	$(BIN)/python bench/analyzer.py
+	$(BIN)/python bench/prometheus_ingest.py
 	$(BIN)/python bench/reclaim.py
 	$(BIN)/python bench/app.py
 
