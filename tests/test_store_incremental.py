@@ -111,6 +111,21 @@ def test_hour_by_hour_stages_and_finds_what_one_load_does(case, frames, whole, t
     _load_by_hours(db, frames, order, resend=resend)
     _assert_same_staging(db, whole[0])
     _assert_same_outputs(_analyze(db, tmp_path / "out"), whole[1])
+    _assert_same_persisted(db, whole[0])
+
+
+def _assert_same_persisted(db: Path, reference: Path) -> None:
+    """The results analyze stored (the app and the report read them) are the same to the last bit: no
+    sum or pick in them depends on the order the rows were scanned in."""
+    mine, theirs = store.connect(str(db), read_only=True), store.connect(str(reference), read_only=True)
+    keys = [k for (k,) in theirs.execute("SELECT key FROM analysis_results ORDER BY key").fetchall()]
+    assert keys and keys == [k for (k,) in mine.execute("SELECT key FROM analysis_results ORDER BY key").fetchall()]
+    for key in keys:  # keys are hex digests, never data
+        a = mine.execute(f"SELECT * FROM analysis_result_{key} ORDER BY ALL").df()
+        b = theirs.execute(f"SELECT * FROM analysis_result_{key} ORDER BY ALL").df()
+        pd.testing.assert_frame_equal(a, b, check_exact=True, obj=key)
+    mine.close()
+    theirs.close()
 
 
 def test_a_partial_resend_and_a_vanished_pod_restage_exactly(frames, whole, tmp_path, every_load_incremental):

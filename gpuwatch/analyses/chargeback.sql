@@ -140,14 +140,14 @@ per_pod AS (
 teams AS (
     SELECT CASE WHEN unpriced THEN 'unpriced' ELSE 'team' END AS kind, team, namespace, exact_sum(gpu_hours) AS gpu_hours,
            exact_sum(productive_usd) AS productive_usd, exact_sum(false_util_usd) AS false_util_usd, exact_sum(idle_usd) AS idle_usd,
-           sum(allocated_usd - observed_usd) AS unobserved_usd, count(*) AS pods,
+           exact_sum(allocated_usd - observed_usd) AS unobserved_usd, count(*) AS pods,
            CAST(NULL AS VARCHAR) AS node, CAST(NULL AS VARCHAR) AS gpu_uuid, CAST(NULL AS DOUBLE) AS amount_usd,
            group_value, cluster_of(namespace) AS cluster
     FROM per_pod
     GROUP BY unpriced, team, namespace, group_value
 ),
 over_allocated AS (
-    SELECT 'over_allocated' AS kind, team, namespace, sum(over_gpu_hours), 0.0, 0.0, 0.0, 0.0, count(*),
+    SELECT 'over_allocated' AS kind, team, namespace, exact_sum(over_gpu_hours), 0.0, 0.0, 0.0, 0.0, count(*),
            NULL, NULL, NULL, group_value, cluster_of(namespace)
     FROM per_pod WHERE over_gpu_hours > 0
     GROUP BY team, namespace, group_value
@@ -159,12 +159,12 @@ priced AS (
 ),
 fleet AS (
     SELECT 'fleet' AS kind, NULL AS team, NULL AS namespace, exact_sum(CASE WHEN window_usd IS NOT NULL THEN window_hours END),
-           0.0, 0.0, 0.0, 0.0, count(*) AS pods, NULL, NULL, coalesce(sum(window_usd), 0) AS amount_usd, NULL AS group_value,
+           0.0, 0.0, 0.0, 0.0, count(*) AS pods, NULL, NULL, coalesce(exact_sum(window_usd), 0) AS amount_usd, NULL AS group_value,
            NULL AS cluster
     FROM priced
 ),
 unpriced_capacity AS (
-    SELECT 'unpriced_capacity' AS kind, NULL, NULL, sum(window_hours), 0.0, 0.0, 0.0, 0.0, count(*),
+    SELECT 'unpriced_capacity' AS kind, NULL, NULL, exact_sum(window_hours), 0.0, 0.0, 0.0, 0.0, count(*),
            NULL, NULL, NULL, NULL, NULL
     FROM priced WHERE window_usd IS NULL HAVING count(*) > 0
 ),

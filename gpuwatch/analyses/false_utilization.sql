@@ -34,7 +34,7 @@ per_pod AS (
            -- effective is known exactly on the known rows
            exact_sum(s.effective_sum) / nullif(exact_sum(s.known_n), 0) AS mean_effective,
            sum(s.known_n) > 0 AS effective_known,
-           any_value(k.node) AS series_node
+           min(k.node) AS series_node
     FROM per_stream s
     JOIN stg_streams k USING (stream_id)
     GROUP BY k.namespace, k.pod

@@ -44,7 +44,7 @@ grouped AS (
     GROUP BY GROUPING SETS ((c.bucket), ())
 ),
 fleet AS (
-    SELECT count(*) AS gpus, sum(usd_per_gpu_hour) AS usd_per_hour FROM stg_gpus
+    SELECT count(*) AS gpus, exact_sum(usd_per_gpu_hour) AS usd_per_hour FROM stg_gpus
 ),
 all_buckets AS (
     -- every bucket of the window, sampled or not (the fleet costs money in a bucket without samples);

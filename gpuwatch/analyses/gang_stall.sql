@@ -150,7 +150,7 @@ stall_holders AS (
 ),
 stall_pending AS (
     SELECT s.namespace, s.job, s.stall, count(*) AS pods_pending,
-           CASE WHEN bool_and(gpu_request IS NOT NULL) THEN sum(gpu_request) END AS gpus_pending
+           CASE WHEN bool_and(gpu_request IS NOT NULL) THEN exact_sum(gpu_request) END AS gpus_pending
     FROM (SELECT s.namespace, s.job, s.stall, p.pod, max(r.gpu_request) AS gpu_request
           FROM stalls s
           JOIN piece_pending p ON p.namespace = s.namespace AND p.job = s.job AND p.t0 >= s.since AND p.t0 < s.until

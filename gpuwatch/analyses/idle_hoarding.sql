@@ -101,7 +101,7 @@ per_pod AS (
            bool_and(reclaimable) AS reclaimable_now,
            max(trailing_start) AS last_idle_start,
            exact_sum(usd_per_hour) AS series_usd_per_hour,
-           any_value(node) AS series_node
+           min(node) AS series_node
     FROM judged_series
     GROUP BY namespace, pod
 ),

@@ -14,8 +14,9 @@ latest AS (
     SELECT stream_id, max(ts) AS last_ts FROM stg_sample_rows WHERE ts >= $start AND ts < $end GROUP BY stream_id
 ),
 last_pod AS (
-    -- a struct is never NULL, so an instance free at its last sample reads as free
-    SELECT k.node, k.gpu_uuid, k.mig_gi_id, arg_max({'namespace': k.namespace, 'pod': k.pod}, l.last_ts) AS occupant
+    -- a struct is never NULL, so an instance free at its last sample reads as free; streams ending at the
+    -- same sample are ordered by namespace and pod, so the answer never depends on scan order
+    SELECT k.node, k.gpu_uuid, k.mig_gi_id, arg_max({'namespace': k.namespace, 'pod': k.pod}, {'t': l.last_ts, 'ns': k.namespace, 'pod': k.pod}) AS occupant
     FROM latest l
     JOIN stg_streams k USING (stream_id)
     WHERE k.mig_gi_id IS NOT NULL

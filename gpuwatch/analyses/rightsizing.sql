@@ -29,7 +29,7 @@ per_stream AS (
 ),
 per_pod AS (
     SELECT w.namespace, w.pod, any_value(w.pod_id) AS pod_id, coalesce(any_value(w.team), w.namespace) AS team,
-           any_value(w.node) AS node, any_value(w.gpu_model) AS gpu_model, max(w.fb_total_bytes) AS fb_total_bytes,
+           min(w.node) AS node, min(w.gpu_model) AS gpu_model, max(w.fb_total_bytes) AS fb_total_bytes,
            max(s.peak_fb_used_bytes) AS peak_fb_used_bytes,
            max(w.gpu_share) AS gpu_share, count(DISTINCT w.device_key) AS devices,
            exact_sum(s.samples * w.step_seconds) / count(DISTINCT w.device_key) AS observed_seconds,

@@ -29,7 +29,7 @@ per_pod AS (
            exact_sum(s.reported_sum) / nullif(exact_sum(s.reported_n), 0) AS mean_reported,
            exact_sum(s.effective_sum) / nullif(exact_sum(s.effective_n), 0) AS mean_effective,
            exact_sum(s.samples * k.step_seconds * k.usd_per_hour) / 3600.0 AS cost_usd,
-           any_value(k.node) AS series_node
+           min(k.node) AS series_node
     FROM per_stream s
     JOIN stg_streams k USING (stream_id)
     GROUP BY k.namespace, k.pod

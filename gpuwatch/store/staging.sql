@@ -106,7 +106,7 @@ SELECT * FROM final;
 CREATE OR REPLACE VIEW stg_gpus AS
 WITH gpus AS (
     SELECT d.node, d.gpu_uuid, coalesce(min(d.gpu_model) FILTER (WHERE d.mig_gi_id IS NULL), min(d.gpu_model)) AS gpu_model,
-           sum(d.usd_per_hour) FILTER (WHERE d.mig_gi_id IS NOT NULL) AS instances_usd_per_hour,
+           exact_sum(CASE WHEN d.mig_gi_id IS NOT NULL THEN d.usd_per_hour END) AS instances_usd_per_hour,
            bool_or(d.mig_gi_id IS NOT NULL) AS mig
     FROM stg_devices d
     GROUP BY d.node, d.gpu_uuid
