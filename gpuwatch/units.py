@@ -32,12 +32,22 @@ EARLIEST_YEAR, LATEST_YEAR = 2000, 2100  # a time given on a flag outside these 
 
 
 _LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+# a cluster name (ingest --cluster, the lake's cluster= partitions): a lowercase DNS label
+CLUSTER_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def parse_label_key(text: str, *, what: str, example: str = "team or example.com/team") -> str:
     """A Kubernetes label key (optional DNS prefix, then alphanumerics, '-', '_', '.'), else UsageError."""
     if not _LABEL_KEY.fullmatch(text or ""):
         raise UsageError(f"{what}: {text!r} is not a Kubernetes label key (e.g. {example})")
+    return text
+
+
+def parse_cluster(text: str, *, what: str = "--cluster") -> str:
+    """A cluster name: a lowercase DNS label (it names a lake partition and qualifies node and namespace
+    names), else UsageError."""
+    if not CLUSTER_NAME.fullmatch(text or ""):
+        raise UsageError(f"{what}: {text!r} is not a cluster name (a lowercase DNS label, e.g. prod-eu-1)")
     return text
 
 

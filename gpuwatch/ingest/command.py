@@ -134,10 +134,8 @@ def check_files(files: list[str], *, flag: str, what: str) -> None:
 
 
 def check_cluster(name: str | None) -> str | None:
-    """A cluster name: a lowercase DNS label (it becomes part of node and namespace names)."""
-    if name is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name):
-        raise units.UsageError(f"--cluster: {name!r} is not a cluster name (a lowercase DNS label, e.g. prod-eu-1)")
-    return name
+    """A cluster name (units.parse_cluster), or None."""
+    return None if name is None else units.parse_cluster(name)
 
 
 def check_node(name: str | None) -> str | None:

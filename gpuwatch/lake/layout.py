@@ -31,7 +31,6 @@ PARTITION_COLUMNS: tuple[str, str] = ("cluster", "date")
 SAMPLE_KEY: tuple[str, ...] = ("ts", "node", "gpu_uuid", "mig_gi_id")
 LAYOUT_VERSION = "1"  # part of every digest: a new layout never overwrites an old one's objects
 DAY = timedelta(days=1)
-_CLUSTER = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _PART = re.compile(r"part-[0-9a-f]{16}\.parquet")
 
 
@@ -46,10 +45,8 @@ class DayWindow:
 
 
 def check_cluster(name: str, *, what: str = "--cluster") -> str:
-    """A cluster name: a lowercase DNS label (it names a partition and qualifies node names)."""
-    if not _CLUSTER.fullmatch(name or ""):
-        raise units.UsageError(f"{what}: {name!r} is not a cluster name (a lowercase DNS label, e.g. prod-eu-1)")
-    return name
+    """A cluster name (units.parse_cluster)."""
+    return units.parse_cluster(name, what=what)
 
 
 def day_windows(start: datetime, end: datetime) -> list[DayWindow]:
@@ -94,7 +91,7 @@ def is_part(name: str) -> bool:
 def cluster_of(dirname: str) -> str | None:
     """``cluster=prod-eu`` -> ``prod-eu``; None for anything else."""
     key, _, value = dirname.partition("=")
-    return value if key == "cluster" and _CLUSTER.fullmatch(value) else None
+    return value if key == "cluster" and units.CLUSTER_NAME.fullmatch(value) else None
 
 
 def dedupe_key(table: str) -> tuple[str, ...]:
