@@ -61,8 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _fail(command: str, exc: BaseException, *, code: int) -> int:
     """One line on stderr naming the command and the problem; never a traceback for user mistakes."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    print(f"gpuwatch {command}: {text}", file=sys.stderr)
+    print(f"gpuwatch {command}: {units.one_line(exc)}", file=sys.stderr)
     return code
 
 

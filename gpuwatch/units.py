@@ -43,6 +43,11 @@ def parse_label_key(text: str, *, what: str, example: str = "team or example.com
     return text
 
 
+def one_line(exc: BaseException) -> str:
+    """An error as the one line the CLI prints (whitespace folded; the type's name when it says nothing)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def parse_cluster(text: str, *, what: str = "--cluster") -> str:
     """A cluster name: a lowercase DNS label (it names a lake partition and qualifies node and namespace
     names), else UsageError."""

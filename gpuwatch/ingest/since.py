@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gpuwatch import store
+from gpuwatch import store, units
 from gpuwatch.ingest import prometheus
 from gpuwatch.model import BUNDLE_COLUMNS
 from gpuwatch.store import progress as store_progress
@@ -147,7 +147,7 @@ def follow(cycle: Callable[[], object], *, every: float, sleep: Callable[[thread
             try:
                 cycle()
             except Exception as exc:  # a service loop outlives one failed cycle
-                print(f"gpuwatch ingest: cycle failed, next in {every:g}s: {_one_line(exc)}", file=err, flush=True)
+                print(f"gpuwatch ingest: cycle failed, next in {every:g}s: {units.one_line(exc)}", file=err, flush=True)
             if not stop.is_set():
                 (sleep or (lambda event, seconds: event.wait(seconds)))(stop, every)
     finally:
@@ -166,10 +166,6 @@ def _utc(at: datetime):
 
     stamp = pd.Timestamp(at)
     return stamp.tz_convert("UTC") if stamp.tzinfo else stamp.tz_localize("UTC")
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _iso(at: datetime | None) -> str:
