@@ -20,6 +20,7 @@ from importlib import resources
 from typing import Any
 
 from gpuwatch.analyses import persisted
+from gpuwatch.store import rollup
 
 _PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -90,16 +91,23 @@ PERSISTED: dict[str, tuple[dict[str, Any], ...]] = {
 }
 
 
+# The thresholds the hourly rollup's idle and false-util counts are kept for (store/rollup.sql):
+# the analyze step's, so the persisted analyses below read stored hours.
+ROLLUP_THRESHOLDS = ("idle_below", "false_reported_min", "false_effective_below")
+
+
 def persist(con: Any, params: dict[str, Any], *, runs: dict[str, tuple[dict[str, Any], ...]] | None = None) -> int:
     """Store the SQL part of ``runs`` (default ``PERSISTED``) over ``params`` in the DB for ``run`` to reuse.
 
     Needs a writable connection; returns how many results were stored. The analyze step calls it
     after loading data, for its window: a later load (store.load, logged in ingest_log) makes the
-    stored results stale and ``run`` recomputes. Results of older data are dropped here. All in ONE
+    stored results stale and ``run`` recomputes. First the hourly rollup is brought up to date for these
+    thresholds (only the hours loads replaced are recomputed). Results of older data are dropped here. All in ONE
     transaction: a run killed half-way leaves the stored results as they were (tests/test_durability.py).
     """
     con.execute("BEGIN TRANSACTION")
     try:
+        rollup.update(con, **{k: params[k] for k in ROLLUP_THRESHOLDS})
         persisted.prune(con)
         stored = 0
         for name, variants in (PERSISTED if runs is None else runs).items():

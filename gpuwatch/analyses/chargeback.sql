@@ -21,20 +21,16 @@
 -- holds are scaled down pro rata for the over-claimed time; either excess is an `over_allocated`
 -- row (a data problem, not a charge); an allocation with no end
 -- whose node stopped reporting (no sample in the data's last 15 minutes) ends at its node's last sample.
-WITH classified AS (
-    SELECT stream_id,
-           is_idle(reported, effective, $idle_below) AS idle,
-           is_false_util(reported, effective, $false_reported_min, $false_effective_below) AS is_false
-    FROM stg_series_rows($start, $end)
-),
-per_stream AS (
-    -- count by the integer stream id first; a stream's samples share one step, share and price
-    SELECT stream_id, count(*) AS samples,
-           count(*) FILTER (WHERE idle) AS idle_n,
-           count(*) FILTER (WHERE is_false) AS false_n,
-           count(*) FILTER (WHERE NOT idle AND NOT is_false) AS productive_n
-    FROM classified
+WITH per_stream AS (
+    -- count by the integer stream id first (a stream's samples share one step, share and price), from
+    -- the hourly rollup's stored hours where current (store/rollup.sql: the same counts)
+    SELECT stream_id, CAST(sum(series_n) AS BIGINT) AS samples,
+           CAST(sum(series_idle_n) AS BIGINT) AS idle_n,
+           CAST(sum(series_false_n) AS BIGINT) AS false_n,
+           CAST(sum(series_productive_n) AS BIGINT) AS productive_n
+    FROM stream_hours($start, $end, $idle_below, $false_reported_min, $false_effective_below)
     GROUP BY stream_id
+    HAVING sum(series_n) > 0
 ),
 observed AS (
     SELECT k.namespace, k.pod, any_value(k.team) AS team,

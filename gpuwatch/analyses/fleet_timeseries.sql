@@ -10,36 +10,50 @@
 -- Each sample stands for stg_samples.gpu_share of a GPU (a MIG instance its slices / 7, a
 -- time-sliced replica its share) at stg_samples.usd_per_hour. GPU counts are bucket averages
 -- (share x step / bucket length); utilizations are share-weighted means over allocated samples.
-WITH window_samples AS (
-    SELECT * FROM stg_samples WHERE ts >= $start AND ts < $end
-),
-step AS (
+-- Buckets of whole clock hours (the default window: it ends on the hour; 1 h and 1 d buckets) add up
+-- the hourly rollup's stored hours (store/rollup.sql) per stream; other buckets count the rows. Both
+-- count the same way: per stream and hour (or bucket), then share and price applied per stream.
+WITH step AS (
     SELECT coalesce(median(gap), 60) AS seconds
     FROM (SELECT epoch(ts) - lag(epoch(ts)) OVER (ORDER BY ts) AS gap
-          FROM (SELECT DISTINCT ts FROM window_samples))
+          FROM (SELECT DISTINCT ts FROM stg_sample_rows WHERE ts >= $start AND ts < $end))
     WHERE gap > 0
+),
+counted AS (
+    -- the bucket's index, not time_bucket(): integer arithmetic on epoch seconds is ~3x cheaper per row
+    SELECT CAST(floor((epoch(h.hour) - epoch($start::TIMESTAMP)) / $bucket_seconds) AS BIGINT) AS bucket, h.stream_id,
+           h.rows_n, h.idle_n, h.busy_n, h.reported_part, h.reported_n, h.effective_part, h.effective_n
+    FROM stream_hours($start, CASE WHEN rollup_hour_buckets($start::TIMESTAMP, $bucket_seconds) THEN $end ELSE $start END, $idle_below, NULL, NULL) h
+    UNION ALL
+    SELECT CAST(floor((epoch(ts) - epoch($start::TIMESTAMP)) / $bucket_seconds) AS BIGINT) AS bucket, stream_id,
+           count(*), count(*) FILTER (WHERE is_idle(reported, effective, $idle_below)),
+           count(*) FILTER (WHERE NOT is_idle(reported, effective, $idle_below)),
+           exact_part(reported), count(reported), exact_part(effective), count(effective)
+    FROM stg_sample_rows
+    WHERE ts >= $start AND ts < CASE WHEN rollup_hour_buckets($start::TIMESTAMP, $bucket_seconds) THEN $start ELSE $end END
+    GROUP BY ALL
 ),
 classified AS (
     -- idle as docs/architecture.md#finding-semantics defines it (reported and, where known, effective below the threshold)
-    -- the bucket's index, not time_bucket(): integer arithmetic on epoch seconds is ~3x cheaper per row
-    SELECT CAST(floor((epoch(ts) - epoch($start::TIMESTAMP)) / $bucket_seconds) AS BIGINT) AS bucket,
-           gpu_share AS weight, usd_per_hour, reported, effective,
-           pod IS NOT NULL AS allocated,
-           pod IS NOT NULL AND is_idle(reported, effective, $idle_below) AS idle
-    FROM window_samples
+    SELECT c.*, k.pod IS NOT NULL AS allocated, CAST(k.gpu_share AS DECIMAL(38, 12)) AS share,
+           CAST(k.usd_per_hour AS DECIMAL(38, 12)) AS usd
+    FROM counted c JOIN stg_streams k USING (stream_id)
 ),
 grouped AS (
     SELECT CASE WHEN grouping(c.bucket) = 1 THEN 'window' ELSE 'bucket' END AS scope,
            $start::TIMESTAMP + to_seconds(coalesce(c.bucket, 0) * $bucket_seconds) AS bucket_start,
            any_value(step.seconds) AS step_seconds,
-           exact_sum(weight) AS w, exact_sum(CASE WHEN allocated AND NOT idle THEN weight END) AS w_busy,
-           exact_sum(CASE WHEN idle THEN weight END) AS w_idle, exact_sum(CASE WHEN NOT allocated THEN weight END) AS w_free,
-           exact_sum(CASE WHEN allocated THEN reported * weight END) AS reported_sum,
-           exact_sum(CASE WHEN allocated AND reported IS NOT NULL THEN weight END) AS reported_w,
-           exact_sum(CASE WHEN allocated THEN effective * weight END) AS effective_sum,
-           exact_sum(CASE WHEN allocated AND effective IS NOT NULL THEN weight END) AS effective_w,
-           exact_sum(usd_per_hour) AS usd, exact_sum(CASE WHEN allocated AND NOT idle THEN usd_per_hour END) AS usd_busy,
-           exact_sum(CASE WHEN idle THEN usd_per_hour END) AS usd_idle, exact_sum(CASE WHEN NOT allocated THEN usd_per_hour END) AS usd_free
+           CAST(sum(rows_n * share) AS DOUBLE) AS w,
+           CAST(sum(CASE WHEN allocated THEN busy_n * share END) AS DOUBLE) AS w_busy,
+           CAST(sum(CASE WHEN allocated THEN idle_n * share END) AS DOUBLE) AS w_idle,
+           CAST(sum(CASE WHEN NOT allocated THEN rows_n * share END) AS DOUBLE) AS w_free,
+           exact_sum(CASE WHEN allocated THEN CAST(reported_part AS DOUBLE) * CAST(share AS DOUBLE) END) AS reported_sum,
+           CAST(sum(CASE WHEN allocated THEN reported_n * share END) AS DOUBLE) AS reported_w,
+           exact_sum(CASE WHEN allocated THEN CAST(effective_part AS DOUBLE) * CAST(share AS DOUBLE) END) AS effective_sum,
+           CAST(sum(CASE WHEN allocated THEN effective_n * share END) AS DOUBLE) AS effective_w,
+           CAST(sum(rows_n * usd) AS DOUBLE) AS usd, CAST(sum(CASE WHEN allocated THEN busy_n * usd END) AS DOUBLE) AS usd_busy,
+           CAST(sum(CASE WHEN allocated THEN idle_n * usd END) AS DOUBLE) AS usd_idle,
+           CAST(sum(CASE WHEN NOT allocated THEN rows_n * usd END) AS DOUBLE) AS usd_free
     FROM classified c CROSS JOIN step
     GROUP BY GROUPING SETS ((c.bucket), ())
 ),
@@ -69,8 +83,8 @@ final AS (
            coalesce(w_busy, 0) * step_seconds / span_seconds AS allocated_busy_gpus,
            coalesce(w_idle, 0) * step_seconds / span_seconds AS allocated_idle_gpus,
            coalesce(w_free, 0) * step_seconds / span_seconds AS unallocated_gpus,
-           reported_sum / reported_w AS reported_util,
-           effective_sum / effective_w AS effective_util,
+           reported_sum / nullif(reported_w, 0) AS reported_util,
+           effective_sum / nullif(effective_w, 0) AS effective_util,
            coalesce(usd, 0) * step_seconds / 3600.0 AS cost_usd,
            coalesce(usd_busy, 0) * step_seconds / 3600.0 AS busy_cost_usd,
            coalesce(usd_idle, 0) * step_seconds / 3600.0 AS idle_cost_usd,

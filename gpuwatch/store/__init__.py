@@ -77,6 +77,7 @@ def _stage(con: Any) -> None:
     con.execute("CREATE TABLE IF NOT EXISTS store_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
     con.execute("INSERT OR REPLACE INTO store_meta VALUES ('staging', ?), ('duckdb', ?)",
                 [staging_fingerprint(), duckdb.__version__])
+    con.execute(script("rollup.sql"))
     if stale or made_by != (staging_fingerprint(), duckdb.__version__):
         refresh(con)
 
@@ -87,7 +88,7 @@ def staging_fingerprint() -> str:
     older or newer gpuwatch) instead of failing on a missing macro or a changed view."""
     import hashlib
 
-    text = "\n".join(script(name) for name in ("schema.sql", "reclaim_audit.sql", "staging.sql"))
+    text = "\n".join(script(name) for name in ("schema.sql", "reclaim_audit.sql", "staging.sql", "rollup.sql"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

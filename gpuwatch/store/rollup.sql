@@ -1,0 +1,92 @@
+-- Hourly rollup: per stream and clock hour, the counts and exact sums the window analyses add up
+-- (utilization's means, chargeback's idle / false-util / productive samples, fleet_timeseries' buckets).
+-- docs/architecture.md#rollup. Every column is a count, a max or an exact part (a DECIMAL sum of values
+-- rounded to 12 decimals, exact_part), so adding the hours of a window gives, bit for bit, what one
+-- pass over the window's rows gives: an analysis reads the stored hours inside its window and the rows
+-- of the partial hours at its edges. Idle and false-util counts depend on thresholds: the rollup holds
+-- them for the thresholds in rollup_meta; other thresholds (and a rollup older than the last load) read
+-- the rows. Per-stream constants (share, price, pod, team) are joined at read time, so a load of prices,
+-- teams, devices or pods changes no stored hour; a load of samples makes the hours it replaced stale, and
+-- store/rollup.py's update() recomputes just those (the analyze step runs it).
+
+CREATE OR REPLACE MACRO exact_part(x) AS sum(CAST(x AS DECIMAL(38, 12)));
+
+-- One pass over the staged rows with lo <= ts < hi, by stream and hour.
+CREATE OR REPLACE MACRO rollup_parts(lo, hi, idle_below, false_min, false_below) AS TABLE
+WITH judged AS (
+    SELECT stream_id, date_trunc('hour', ts) AS hour, in_series, reported, effective, gpu_util,
+           gr_engine_active, sm_active, tensor_active, fb_used_bytes,
+           is_idle(reported, effective, idle_below) AS idle,
+           is_false_util(reported, effective, false_min, false_below) AS is_false
+    FROM stg_sample_rows
+    WHERE ts >= lo AND ts < hi
+)
+SELECT stream_id, hour,
+       count(*) AS rows_n,
+       count(*) FILTER (WHERE idle) AS idle_n,
+       count(*) FILTER (WHERE NOT idle) AS busy_n,
+       exact_part(reported) AS reported_part, count(reported) AS reported_n,
+       exact_part(effective) AS effective_part, count(effective) AS effective_n,
+       count(*) FILTER (WHERE in_series) AS series_n,
+       count(*) FILTER (WHERE in_series AND idle) AS series_idle_n,
+       count(*) FILTER (WHERE in_series AND is_false) AS series_false_n,
+       count(*) FILTER (WHERE in_series AND NOT idle AND NOT is_false) AS series_productive_n,
+       exact_part(CASE WHEN in_series THEN gpu_util END) AS gpu_util_part,
+       count(CASE WHEN in_series THEN gpu_util END) AS gpu_util_n,
+       exact_part(CASE WHEN in_series THEN gr_engine_active END) AS gr_part,
+       count(CASE WHEN in_series THEN gr_engine_active END) AS gr_n,
+       exact_part(CASE WHEN in_series THEN sm_active END) AS sm_part,
+       count(CASE WHEN in_series THEN sm_active END) AS sm_n,
+       exact_part(CASE WHEN in_series THEN tensor_active END) AS tensor_part,
+       count(CASE WHEN in_series THEN tensor_active END) AS tensor_n,
+       max(CASE WHEN in_series THEN fb_used_bytes END) AS max_fb_used_bytes,
+       exact_part(CASE WHEN in_series THEN reported END) AS series_reported_part,
+       count(CASE WHEN in_series THEN reported END) AS series_reported_n,
+       exact_part(CASE WHEN in_series THEN effective END) AS series_effective_part,
+       count(CASE WHEN in_series THEN effective END) AS series_effective_n
+FROM judged
+GROUP BY stream_id, hour;
+
+CREATE TABLE IF NOT EXISTS rollup_stream_hours AS
+SELECT * FROM rollup_parts(NULL::TIMESTAMP, NULL::TIMESTAMP, NULL::DOUBLE, NULL::DOUBLE, NULL::DOUBLE) LIMIT 0;
+
+-- What the stored hours were computed for: the staging SQL and stream salt (stream ids), the load they
+-- include (ingest_log rows), the thresholds of their idle and false-util counts.
+CREATE TABLE IF NOT EXISTS rollup_meta (staging VARCHAR, salt VARCHAR, log_rows BIGINT, idle_below DOUBLE,
+                                        false_reported_min DOUBLE, false_effective_below DOUBLE);
+
+-- True when the stored hours are those of the staged rows as they are now, counted with these thresholds
+-- (a NULL threshold: the reader does not use that count).
+CREATE OR REPLACE MACRO rollup_current(want_idle, want_min, want_below) AS (
+    SELECT count(*) > 0 FROM rollup_meta m
+    WHERE m.staging = (SELECT value FROM store_meta WHERE key = 'staging')
+      AND m.salt = coalesce((SELECT value FROM store_meta WHERE key = 'stream_salt'), '0')
+      AND m.log_rows = (SELECT count(*) FROM ingest_log)
+      AND (want_idle IS NULL OR m.idle_below = want_idle)
+      AND (want_min IS NULL OR m.false_reported_min = want_min)
+      AND (want_below IS NULL OR m.false_effective_below = want_below));
+
+-- The whole clock hours inside [lo, hi): [rollup_inner_lo, rollup_inner_hi) (empty when none).
+CREATE OR REPLACE MACRO rollup_inner_lo(lo, hi) AS
+    least(CASE WHEN date_trunc('hour', lo) = lo THEN lo ELSE date_trunc('hour', lo) + INTERVAL 1 HOUR END, hi);
+CREATE OR REPLACE MACRO rollup_inner_hi(lo, hi) AS greatest(rollup_inner_lo(lo, hi), date_trunc('hour', hi));
+
+-- True when buckets of this length starting at ``start`` are made of whole clock hours.
+CREATE OR REPLACE MACRO rollup_hour_buckets(start, bucket_seconds) AS
+    epoch(start) % 3600 = 0 AND bucket_seconds % 3600 = 0;
+
+-- The window [lo, hi) by stream and hour: stored hours when they are current, rows otherwise and at
+-- the window's partial edge hours. Sum a column over a stream's hours for its window total.
+CREATE OR REPLACE MACRO stream_hours(lo, hi, idle_below, false_min, false_below) AS TABLE
+SELECT r.* FROM rollup_stream_hours r
+WHERE rollup_current(idle_below, false_min, false_below)
+  AND r.hour >= rollup_inner_lo(lo::TIMESTAMP, hi::TIMESTAMP) AND r.hour < rollup_inner_hi(lo::TIMESTAMP, hi::TIMESTAMP)
+UNION ALL
+SELECT * FROM rollup_parts(lo::TIMESTAMP,
+                           CASE WHEN rollup_current(idle_below, false_min, false_below)
+                                THEN rollup_inner_lo(lo::TIMESTAMP, hi::TIMESTAMP) ELSE hi::TIMESTAMP END,
+                           idle_below, false_min, false_below)
+UNION ALL
+SELECT * FROM rollup_parts(CASE WHEN rollup_current(idle_below, false_min, false_below)
+                                THEN rollup_inner_hi(lo::TIMESTAMP, hi::TIMESTAMP) ELSE hi::TIMESTAMP END,
+                           hi::TIMESTAMP, idle_below, false_min, false_below);

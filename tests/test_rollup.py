@@ -1,0 +1,194 @@
+"""The hourly rollup (store/rollup.sql, store/rollup.py) gives, bit for bit, what a pass over the rows gives.
+
+A simulated fleet (failures and topology planted) is loaded hour by hour, in order and shuffled with
+hours sent again and a late hour changed, with the rollup brought up to date after every load as the
+analyze step does; the stored hours must equal a rollup built once over the whole data, and the
+analyses that read it (utilization, chargeback, fleet_timeseries) must equal their row-by-row results:
+with the rollup current, stale, made for other thresholds, on a window that does not end on the hour,
+and read-only.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from datetime import timedelta
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gpuwatch import analyses, store
+from gpuwatch import fleet as workloads
+from gpuwatch.analyses import params as defaults
+from gpuwatch.fleet import command as sim
+from gpuwatch.store import bundle as bundle_files
+from gpuwatch.store import restage, rollup
+
+READERS = (("utilization", {}), ("chargeback", {}), ("fleet_timeseries", {"bucket_seconds": 3600}),
+           ("fleet_timeseries", {"bucket_seconds": 86400}), ("fleet_timeseries", {"bucket_seconds": 900}))
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("rollup") / "bundle"
+    sim.write_bundle(workloads.build_fleet(gpus=16, seed=5, days=0.5, failures=True, topology=True), out, step=60)
+    return out
+
+
+@pytest.fixture(scope="module")
+def parts(bundle, tmp_path_factory) -> dict:
+    static = tmp_path_factory.mktemp("static")
+    for name, path in bundle_files.find_files(bundle).items():
+        if name != "samples":
+            shutil.copy(path, static / path.name)
+    samples = pd.read_parquet(bundle_files.find_files(bundle)["samples"])
+    hour = pd.to_datetime(samples["ts"]).dt.floor("h")
+    return {"static": static, "hours": [part for _, part in samples.groupby(hour, sort=True)]}
+
+
+@pytest.fixture(scope="module")
+def whole(bundle, tmp_path_factory) -> Path:
+    """The whole bundle in one load; the rollup built once, over every row."""
+    db = tmp_path_factory.mktemp("whole") / "whole.duckdb"
+    con = store.connect(str(db))
+    store.load_bundle(con, bundle)
+    rollup.update(con, **_thresholds(con))
+    con.close()
+    return db
+
+
+def _params(con, **extra) -> dict:
+    return {**defaults.params(*defaults.window(store.data_range(con)[1])), **extra}
+
+
+def _thresholds(con, **overrides) -> dict:
+    return {k: {**_params(con), **overrides}[k] for k in analyses.ROLLUP_THRESHOLDS}
+
+
+def _row_by_row(con, name: str, params: dict) -> pd.DataFrame:
+    """The analysis with the rollup out of the way (no stored hour is current)."""
+    con.execute("BEGIN TRANSACTION")
+    con.execute("DELETE FROM rollup_meta")
+    try:
+        return _run(con, name, params)
+    finally:
+        con.execute("ROLLBACK")
+
+
+def _run(con, name: str, params: dict) -> pd.DataFrame:
+    used = analyses.body_params(name)
+    return con.execute(analyses.sql(name), {k: v for k, v in params.items() if k in used}).df()
+
+
+def _stored_hours(con) -> pd.DataFrame:
+    return con.execute("SELECT * FROM rollup_stream_hours ORDER BY stream_id, hour").df()
+
+
+def _current(con, params: dict) -> bool:
+    return con.execute("SELECT rollup_current($i, $m, $b)",
+                       {"i": params["idle_below"], "m": params["false_reported_min"],
+                        "b": params["false_effective_below"]}).fetchone()[0]
+
+
+@pytest.fixture
+def every_load_incremental(monkeypatch):
+    monkeypatch.setattr(restage, "FULL_SHARE", float("inf"))
+
+
+@pytest.mark.parametrize("case", ["in order", "shuffled, hours sent again, a late hour changed"])
+def test_hour_by_hour_updates_give_the_rollup_of_all_rows(case, parts, whole, tmp_path, every_load_incremental):
+    hours = parts["hours"]
+    order = list(range(len(hours)))
+    resend: list[int] = []
+    if case != "in order":
+        rng = random.Random(11)
+        rng.shuffle(order)
+        resend = rng.sample(range(len(hours)), 3)
+    con = store.connect(str(tmp_path / "hours.duckdb"))
+    store.load_bundle(con, parts["static"])
+    recomputed = []
+    for i in [*order, *resend]:
+        store.load(con, {"samples": hours[i]}, source=f"hour {i}")
+        recomputed.append(rollup.update(con, **_thresholds(con)))
+    if case != "in order":  # an old hour arrives again with other readings, then as it was
+        late = hours[2].assign(gpu_util=hours[2]["gpu_util"].fillna(0.5) * 0.5)
+        store.load(con, {"samples": late}, source="late, changed")
+        rollup.update(con, **_thresholds(con))
+        changed = _stored_hours(con)
+        store.load(con, {"samples": hours[2]}, source="late, as it was")
+        assert rollup.update(con, **_thresholds(con)) == 1  # that hour's range alone
+        assert not changed.equals(_stored_hours(con))
+    assert set(recomputed[1:]) == {1}  # after the first, each load recomputes one merged range of hours
+    reference = store.connect(str(whole), read_only=True)
+    pd.testing.assert_frame_equal(_stored_hours(con), _stored_hours(reference), check_exact=True)
+    for name, extra in READERS:
+        pd.testing.assert_frame_equal(_run(con, name, _params(con, **extra)),
+                                      _run(reference, name, _params(reference, **extra)), check_exact=True,
+                                      obj=f"{name} {extra}")
+    reference.close()
+    con.close()
+
+
+def test_readers_give_the_row_by_row_answer_current_or_not(whole, tmp_path):
+    db = tmp_path / "copy.duckdb"
+    shutil.copy(whole, db)
+    con = store.connect(str(db))
+    params = _params(con)
+    assert _current(con, params)
+    half_hour = {**params, "end": params["end"] - timedelta(minutes=30), "start": params["start"] + timedelta(minutes=15)}
+    for window in (params, half_hour):
+        for name, extra in READERS:
+            fresh = _row_by_row(con, name, {**window, **extra})
+            assert not fresh.empty
+            pd.testing.assert_frame_equal(_run(con, name, {**window, **extra}), fresh, check_exact=True,
+                                          obj=f"{name} {extra} {window['end']}")
+    other = {**params, "idle_below": 0.2, "false_effective_below": 0.3}
+    assert not _current(con, other)  # counted for other thresholds: the readers count the rows
+    for name, extra in READERS:
+        pd.testing.assert_frame_equal(_run(con, name, {**other, **extra}), _row_by_row(con, name, {**other, **extra}),
+                                      check_exact=True)
+    con.close()
+
+
+def test_a_load_without_samples_keeps_the_hours_and_the_readers_see_it(whole, parts, tmp_path):
+    """New prices change every stream's cost, not one stored hour: the readers read rows until the next
+    update (stale: a load came after it), which recomputes nothing, and then read the hours again."""
+    db = tmp_path / "prices.duckdb"
+    shutil.copy(whole, db)
+    con = store.connect(str(db))
+    before = _stored_hours(con)
+    params = _params(con)
+    cost = _run(con, "chargeback", params)
+    prices = tmp_path / "prices.csv"
+    models = con.execute("SELECT DISTINCT gpu_model FROM devices WHERE gpu_model IS NOT NULL").fetchall()
+    prices.write_text("gpu_model,usd_per_gpu_hour\n" + "".join(f"{m},7.5\n" for (m,) in models))
+    store.load(con, {}, source="prices", prices=[prices])
+    assert not _current(con, params)
+    stale = _run(con, "chargeback", params)
+    assert not stale.equals(cost)
+    assert rollup.update(con, **_thresholds(con)) == 0 and _current(con, params)
+    pd.testing.assert_frame_equal(_stored_hours(con), before, check_exact=True)
+    pd.testing.assert_frame_equal(_run(con, "chargeback", params), stale, check_exact=True)
+    con.close()
+    reader = store.connect(str(db), read_only=True)  # the app: reads what the analyze step kept
+    pd.testing.assert_frame_equal(_run(reader, "chargeback", params), stale, check_exact=True)
+    reader.close()
+
+
+def test_a_store_staged_again_rebuilds_the_rollup(whole, tmp_path):
+    db = tmp_path / "salted.duckdb"
+    shutil.copy(whole, db)
+    con = store.connect(str(db))
+    params = _params(con)
+    con.execute("INSERT OR REPLACE INTO store_meta VALUES ('stream_salt', '5')")
+    store.refresh(con)  # every stream id changes with the salt
+    assert not _current(con, params)
+    rollup.update(con, **_thresholds(con))
+    assert _current(con, params)
+    staged = {s for (s,) in con.execute("SELECT DISTINCT stream_id FROM stg_sample_rows").fetchall()}
+    assert set(_stored_hours(con)["stream_id"]) == staged  # every hour stored again under the new ids
+    for name, extra in READERS:
+        pd.testing.assert_frame_equal(_run(con, name, {**params, **extra}), _row_by_row(con, name, {**params, **extra}),
+                                      check_exact=True)
+    con.close()
