@@ -186,23 +186,43 @@ multi_device_jobs AS MATERIALIZED (
     -- a bucket is judged only with two devices in it: a job with one stream never is
     SELECT job_id FROM job_streams GROUP BY job_id HAVING count(*) >= 2
 ),
-buckets AS MATERIALIZED (
-    SELECT s.job_id, s.stream_id, t.step_seconds,
-           CAST(floor((epoch(r.ts) - epoch($start::TIMESTAMP)) / t.step_seconds) AS BIGINT) AS bucket,
+stream_jobs AS MATERIALIZED (
+    -- each stream of a multi-device job with the job's step (its buckets' length)
+    SELECT s.stream_id, s.job_id, t.step_seconds
+    FROM job_streams s
+    JOIN job_steps t USING (job_id)
+    SEMI JOIN multi_device_jobs USING (job_id)
+),
+stream_buckets AS MATERIALIZED (
+    -- grouped by the stream alone (the job and its step follow from it)
+    SELECT r.stream_id, CAST(floor((epoch(r.ts) - epoch($start::TIMESTAMP)) / s.step_seconds) AS BIGINT) AS bucket,
            CASE WHEN count(r.effective) = count(*) THEN exact_avg(r.effective) END AS sm_active,
            bool_and(NOT is_idle(r.reported, r.effective, $idle_below)) AS busy
     FROM stg_series_rows($start, $end) r
-    JOIN job_streams s USING (stream_id)
-    JOIN job_steps t USING (job_id)
-    SEMI JOIN multi_device_jobs USING (job_id)
-    GROUP BY s.job_id, s.stream_id, t.step_seconds, bucket
+    JOIN stream_jobs s USING (stream_id)
+    GROUP BY r.stream_id, bucket
 ),
-job_buckets AS MATERIALIZED (
+buckets AS MATERIALIZED (
+    SELECT s.job_id, b.stream_id, s.step_seconds, b.bucket, b.sm_active, b.busy
+    FROM stream_buckets b
+    JOIN stream_jobs s USING (stream_id)
+),
+bucket_spread AS MATERIALIZED (
+    -- a device can lag only where the job's devices spread by at least the gap (the median lies
+    -- between min and max) and at most one is not busy: the median is taken of those buckets alone
     SELECT job_id, bucket, any_value(step_seconds) AS step_seconds, count(*) AS devices,
-           count(sm_active) AS known, count(*) FILTER (WHERE busy) AS busy_devices,
-           list_median(list(sm_active) FILTER (WHERE sm_active IS NOT NULL)) AS median_sm_active
+           count(sm_active) AS known, count(*) FILTER (WHERE busy) AS busy_devices
     FROM buckets
     GROUP BY job_id, bucket
+    HAVING count(*) >= 2 AND count(sm_active) = count(*) AND count(*) FILTER (WHERE busy) >= count(*) - 1
+       AND max(sm_active) - min(sm_active) >= $straggler_gap
+),
+job_buckets AS MATERIALIZED (
+    SELECT s.job_id, s.bucket, s.step_seconds, s.devices, s.known, s.busy_devices,
+           list_median(list(b.sm_active)) AS median_sm_active
+    FROM bucket_spread s
+    JOIN buckets b USING (job_id, bucket)
+    GROUP BY s.job_id, s.bucket, s.step_seconds, s.devices, s.known, s.busy_devices
 ),
 pending_buckets AS MATERIALIZED (
     -- buckets a pod of the job was Pending in (an equality join on the job, then the overlap: an
