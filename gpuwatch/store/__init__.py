@@ -73,8 +73,8 @@ def _stage(con: Any) -> None:
         con.execute(script(name))
     write_mig_reference(con)
     write_topology_reference(con)
-    con.execute(script("staging.sql"))
     con.execute("CREATE TABLE IF NOT EXISTS store_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+    con.execute(script("staging.sql"))
     con.execute("INSERT OR REPLACE INTO store_meta VALUES ('staging', ?), ('duckdb', ?)",
                 [staging_fingerprint(), duckdb.__version__])
     con.execute(script("rollup.sql"))

@@ -198,6 +198,10 @@ SELECT * FROM final;
 CREATE OR REPLACE MACRO stream_id_of(salt, node, gpu_uuid, mig_gi_id, namespace, pod) AS
     CAST(hash(salt, node, gpu_uuid, mig_gi_id, namespace, pod) >> 1 AS BIGINT);
 
+-- The store's stream salt (store_meta 'stream_salt', 0 until a collision changes it).
+CREATE OR REPLACE MACRO stg_stream_salt() AS
+    coalesce((SELECT CAST(value AS BIGINT) FROM store_meta WHERE key = 'stream_salt'), 0);
+
 -- Raw keys, one pass over the samples. Units are never guessed from values here: every reader
 -- converts from the unit its source declares and the bundle contract says ratios (a bundle gpu_util
 -- above 1 is refused at load). ``src``: the table of raw rows ('samples', or a load's new rows).
@@ -297,7 +301,8 @@ CREATE OR REPLACE MACRO series_lead(x, stream_id, in_series, ts) AS
 CREATE OR REPLACE MACRO stg_sample_values(node_lo, node_hi, dedup := TRUE, src := 'samples') AS TABLE
 WITH cleaned AS NOT MATERIALIZED (
     -- NaN, ±inf and negative readings are missing, never 0; negative rates are counter resets
-    SELECT a.stream_id, s.ts,
+    SELECT stream_id_of(stg_stream_salt(), s.node, s.gpu_uuid, s.mig_gi_id, nullif(trim(s.namespace), ''),
+                        nullif(trim(s.pod), '')) AS stream_id, s.ts,
            nullif(trim(s.container), '') AS container,
            CASE WHEN isfinite(s.gpu_util) AND s.gpu_util >= 0 THEN s.gpu_util END AS gpu_util,
            CASE WHEN isfinite(s.gr_engine_active) AND s.gr_engine_active >= 0 THEN s.gr_engine_active END AS gr_engine_active,
@@ -311,11 +316,8 @@ WITH cleaned AS NOT MATERIALIZED (
                 THEN s.nvlink_tx_bytes_per_second END AS nvlink_tx_bytes_per_second,
            CASE WHEN isfinite(s.nvlink_rx_bytes_per_second) AND s.nvlink_rx_bytes_per_second >= 0
                 THEN s.nvlink_rx_bytes_per_second END AS nvlink_rx_bytes_per_second,
-           a.pod IS NOT NULL AS has_pod
+           nullif(trim(s.pod), '') IS NOT NULL AS has_pod
     FROM query_table(src) s
-    JOIN stg_stream_aliases a
-      ON a.node = s.node AND a.gpu_uuid = s.gpu_uuid AND a.mig_gi_id IS NOT DISTINCT FROM s.mig_gi_id
-     AND a.raw_namespace IS NOT DISTINCT FROM s.namespace AND a.raw_pod IS NOT DISTINCT FROM s.pod
     WHERE (node_lo IS NULL OR s.node >= node_lo) AND (node_hi IS NULL OR s.node <= node_hi)
 ),
 deduped AS (
