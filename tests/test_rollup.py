@@ -3,7 +3,8 @@
 A simulated fleet (failures and topology planted) is loaded hour by hour, in order and shuffled with
 hours sent again and a late hour changed, with the rollup brought up to date after every load as the
 analyze step does; the stored hours must equal a rollup built once over the whole data, and the
-analyses that read it (utilization, chargeback, fleet_timeseries) must equal their row-by-row results:
+analyses that read it (utilization, chargeback, idle_hoarding, false_utilization, rightsizing,
+fleet_timeseries) must equal their row-by-row results:
 with the rollup current, stale, made for other thresholds, on a window that does not end on the hour,
 and read-only.
 """
@@ -25,7 +26,8 @@ from gpuwatch.fleet import command as sim
 from gpuwatch.store import bundle as bundle_files
 from gpuwatch.store import restage, rollup
 
-READERS = (("utilization", {}), ("chargeback", {}), ("fleet_timeseries", {"bucket_seconds": 3600}),
+READERS = (("utilization", {}), ("chargeback", {}), ("idle_hoarding", {}), ("false_utilization", {}),
+           ("rightsizing", {}), ("fleet_timeseries", {"bucket_seconds": 3600}),
            ("fleet_timeseries", {"bucket_seconds": 86400}), ("fleet_timeseries", {"bucket_seconds": 900}))
 
 
@@ -195,4 +197,25 @@ def test_a_store_staged_again_rebuilds_the_rollup(whole, tmp_path):
     for name, extra in READERS:
         pd.testing.assert_frame_equal(_run(con, name, {**params, **extra}), _row_by_row(con, name, {**params, **extra}),
                                       check_exact=True)
+    con.close()
+
+
+def test_a_store_from_another_version_gets_a_rollup_of_this_shape(whole, tmp_path):
+    """A store whose rollup was made by other SQL (fewer columns, another staging fingerprint) is re-staged
+    on its first writable open, its rollup made again in this version's shape, then brought up to date."""
+    db = tmp_path / "old.duckdb"
+    shutil.copy(whole, db)
+    con = store.connect(str(db))
+    columns = [c for (c,) in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = 'rollup_stream_hours'").fetchall()]
+    con.execute("ALTER TABLE rollup_stream_hours DROP COLUMN series_last_ts")
+    con.execute("UPDATE store_meta SET value = 'an older gpuwatch' WHERE key = 'staging'")
+    con.close()
+    con = store.connect(str(db))
+    assert [c for (c,) in con.execute("SELECT column_name FROM duckdb_columns() "
+                                      "WHERE table_name = 'rollup_stream_hours'").fetchall()] == columns
+    params = _params(con)
+    assert rollup.update(con, **_thresholds(con)) == 1 and _current(con, params)
+    reference = store.connect(str(whole), read_only=True)
+    pd.testing.assert_frame_equal(_stored_hours(con), _stored_hours(reference), check_exact=True)
+    reference.close()
     con.close()

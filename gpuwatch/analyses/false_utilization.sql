@@ -5,21 +5,18 @@
 -- Only samples with a known effective value (SM_ACTIVE) are judged; without it a pod is not judged
 -- (effective_known = false), never assumed fine or false. A pod is an offender when its false time
 -- is at least $false_offender_share of its judged time. GPU-hours are weighted by GPU share.
-WITH judged AS (
-    SELECT stream_id, reported, effective, effective IS NOT NULL AS known,
-           is_false_util(reported, effective, $false_reported_min, $false_effective_below) AS is_false
-    FROM stg_series_rows($start, $end)
-),
-per_stream AS (
-    -- aggregate by the integer stream id first (stg_streams holds the per-stream constants)
+WITH per_stream AS (
+    -- aggregate by the integer stream id first (stg_streams holds the per-stream constants), from the
+    -- hourly rollup's stored hours where current (store/rollup.sql: the same sums, bit for bit)
     SELECT stream_id,
-           count(*) FILTER (WHERE is_false) AS false_n,
-           count(*) FILTER (WHERE known) AS known_n,
-           exact_sum(CASE WHEN is_false THEN reported - effective END) AS gap_sum,
-           exact_sum(CASE WHEN known THEN reported END) AS reported_known_sum,
-           exact_sum(effective) AS effective_sum
-    FROM judged
+           CAST(sum(series_false_n) AS BIGINT) AS false_n,
+           CAST(sum(series_effective_n) AS BIGINT) AS known_n,
+           CAST(sum(series_false_gap_part) AS DOUBLE) AS gap_sum,
+           CAST(sum(series_known_reported_part) AS DOUBLE) AS reported_known_sum,
+           CAST(sum(series_effective_part) AS DOUBLE) AS effective_sum
+    FROM stream_hours($start, $end, NULL, $false_reported_min, $false_effective_below)
     GROUP BY stream_id
+    HAVING sum(series_n) > 0
 ),
 per_pod AS (
     SELECT k.namespace, k.pod,

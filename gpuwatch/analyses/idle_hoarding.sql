@@ -7,7 +7,6 @@
 -- Runs are found from each sample's neighbours (staging keeps them): a run starts at an idle sample
 -- after a busy one or a gap, ends at an idle sample before one, and starts pair with ends (ASOF).
 WITH judged AS NOT MATERIALIZED (
-    -- scanned twice (run edges, per-stream counts): re-reading the table beats materialising 20M rows
     SELECT stream_id, ts, fb_used_bytes, dt_seconds, next_dt_seconds,
            is_idle(reported, effective, $idle_below) AS idle,
            coalesce(is_idle(prev_reported, prev_effective, $idle_below), FALSE) AS prev_idle,
@@ -46,14 +45,13 @@ runs AS MATERIALIZED (
     ASOF JOIN run_ends e ON e.stream_id = s.stream_id AND e.run_end >= s.run_start
 ),
 per_stream AS MATERIALIZED (
-    -- counted by the integer stream id; the stream's constants (team, share, price, step) join after
-    SELECT stream_id,
-           count(*) FILTER (WHERE idle) AS idle_n,
-           count(*) FILTER (WHERE NOT idle) AS busy_n,
-           max(fb_used_bytes) FILTER (WHERE idle) AS max_fb_idle,
-           max(ts) AS series_last_ts
-    FROM judged
+    -- counted by the integer stream id, from the hourly rollup where current (store/rollup.sql: the
+    -- same counts); the stream's constants (team, share, price, step) join after
+    SELECT stream_id, CAST(sum(series_idle_n) AS BIGINT) AS idle_n, CAST(sum(series_busy_n) AS BIGINT) AS busy_n,
+           max(series_idle_max_fb) AS max_fb_idle, max(series_last_ts) AS series_last_ts
+    FROM stream_hours($start, $end, $idle_below, NULL, NULL)
     GROUP BY stream_id
+    HAVING sum(series_n) > 0
 ),
 per_series AS (
     SELECT s.stream_id, k.namespace, k.pod, k.node, k.team, k.gpu_share, k.usd_per_hour, k.step_seconds,

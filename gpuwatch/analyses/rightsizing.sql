@@ -23,9 +23,11 @@ whole_streams AS (
     WHERE k.mig_gi_id IS NULL AND k.pod IS NOT NULL
 ),
 per_stream AS (
-    SELECT stream_id, count(*) AS samples, max(fb_used_bytes) AS peak_fb_used_bytes
-    FROM stg_series_rows($start, $end)
+    -- from the hourly rollup's stored hours where current (store/rollup.sql)
+    SELECT stream_id, CAST(sum(series_n) AS BIGINT) AS samples, max(max_fb_used_bytes) AS peak_fb_used_bytes
+    FROM stream_hours($start, $end, NULL, NULL, NULL)
     GROUP BY stream_id
+    HAVING sum(series_n) > 0
 ),
 per_pod AS (
     SELECT w.namespace, w.pod, any_value(w.pod_id) AS pod_id, coalesce(any_value(w.team), w.namespace) AS team,

@@ -77,8 +77,11 @@ def _stage(con: Any) -> None:
     con.execute(script("staging.sql"))
     con.execute("INSERT OR REPLACE INTO store_meta VALUES ('staging', ?), ('duckdb', ?)",
                 [staging_fingerprint(), duckdb.__version__])
+    restage = stale or made_by != (staging_fingerprint(), duckdb.__version__)
+    if restage:  # the rollup is derived too, and its columns may have changed: made again
+        con.execute("DROP TABLE IF EXISTS rollup_stream_hours; DROP TABLE IF EXISTS rollup_meta")
     con.execute(script("rollup.sql"))
-    if stale or made_by != (staging_fingerprint(), duckdb.__version__):
+    if restage:
         refresh(con)
 
 

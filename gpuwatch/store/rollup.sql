@@ -1,5 +1,6 @@
 -- Hourly rollup: per stream and clock hour, the counts and exact sums the window analyses add up
--- (utilization's means, chargeback's idle / false-util / productive samples, fleet_timeseries' buckets).
+-- (utilization's means, chargeback's idle / false-util / productive samples, fleet_timeseries' buckets,
+-- the per-stream counts of idle_hoarding, false_utilization and rightsizing).
 -- docs/architecture.md#rollup. Every column is a count, a max or an exact part (a DECIMAL sum of values
 -- rounded to 12 decimals, exact_part), so adding the hours of a window gives, bit for bit, what one
 -- pass over the window's rows gives: an analysis reads the stored hours inside its window and the rows
@@ -14,7 +15,7 @@ CREATE OR REPLACE MACRO exact_part(x) AS sum(CAST(x AS DECIMAL(38, 12)));
 -- One pass over the staged rows with lo <= ts < hi, by stream and hour.
 CREATE OR REPLACE MACRO rollup_parts(lo, hi, idle_below, false_min, false_below) AS TABLE
 WITH judged AS (
-    SELECT stream_id, date_trunc('hour', ts) AS hour, in_series, reported, effective, gpu_util,
+    SELECT stream_id, ts, date_trunc('hour', ts) AS hour, in_series, reported, effective, gpu_util,
            gr_engine_active, sm_active, tensor_active, fb_used_bytes,
            is_idle(reported, effective, idle_below) AS idle,
            is_false_util(reported, effective, false_min, false_below) AS is_false
@@ -29,8 +30,13 @@ SELECT stream_id, hour,
        exact_part(effective) AS effective_part, count(effective) AS effective_n,
        count(*) FILTER (WHERE in_series) AS series_n,
        count(*) FILTER (WHERE in_series AND idle) AS series_idle_n,
+       count(*) FILTER (WHERE in_series AND NOT idle) AS series_busy_n,
+       max(CASE WHEN in_series AND idle THEN fb_used_bytes END) AS series_idle_max_fb,
+       max(CASE WHEN in_series THEN ts END) AS series_last_ts,
        count(*) FILTER (WHERE in_series AND is_false) AS series_false_n,
        count(*) FILTER (WHERE in_series AND NOT idle AND NOT is_false) AS series_productive_n,
+       exact_part(CASE WHEN in_series AND is_false THEN reported - effective END) AS series_false_gap_part,
+       exact_part(CASE WHEN in_series AND effective IS NOT NULL THEN reported END) AS series_known_reported_part,
        exact_part(CASE WHEN in_series THEN gpu_util END) AS gpu_util_part,
        count(CASE WHEN in_series THEN gpu_util END) AS gpu_util_n,
        exact_part(CASE WHEN in_series THEN gr_engine_active END) AS gr_part,
