@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         fleet = build_fleet(gpus=args.gpus, seed=0, days=args.days)
         began = time.perf_counter()
         write_bundle(fleet, work / "bundle", step=args.scrape)
-        written = promql.backfill_from_bundle(work / "bundle", work / "tsdb")
+        written = promql.backfill_from_bundle(work / "bundle", work / "tsdb", step=args.scrape)
         backfill = time.perf_counter() - began
         print(f"Prometheus ingest: {args.gpus:,} GPUs x {args.days:g} days, backfilled at {args.scrape:g} s "
               f"({written:,} OpenMetrics samples, simulate + backfill {backfill:.0f} s)\n")

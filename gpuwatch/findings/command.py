@@ -63,14 +63,15 @@ def run(args: argparse.Namespace) -> int:
     con = store.connect(args.db)
     if args.input or args.source:
         command.ingest(con, args.input or args.source)
-    start, end = defaults.window(store.data_range(con)[1], length=length, end=end)
+    last = store.data_range(con)[1]
+    start, end = defaults.window(last, length=length, end=end)
     params = defaults.params(start, end, **thresholds, group_by=group_by, drift_pool_label=pool_label)
     # store this window's SQL results in the DB: the app and the report read them (analyses/persisted.py),
     # and analyze() below reads them too, so the samples are scanned once per analysis
     analyses.persist(con, params)
     results = analyze(con, params)
     if args.out:
-        write_csvs(results, Path(args.out), data_as_of=data_as_of(con, end))
+        write_csvs(results, Path(args.out), data_as_of=data_as_of(last, end))
     if args.format == "table":
         print(summary(results, start=start, end=end, hours_per_month=params["hours_per_month"]))
     return 0
@@ -92,9 +93,9 @@ def write_csvs(results: dict, out: Path, *, data_as_of: str | None = None) -> No
     log.info("wrote %d files to %s", len(results), out)
 
 
-def data_as_of(con: Any, end: datetime) -> str | None:
-    """The time of the latest sample the window's findings rest on (ISO-8601 UTC), None without data."""
-    last = store.data_range(con)[1]
+def data_as_of(last: datetime | None, end: datetime) -> str | None:
+    """The time of the latest sample the window's findings rest on (ISO-8601 UTC), None without data;
+    ``last``: the end of the store's data (store.data_range)."""
     return None if last is None else min(last, end).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
