@@ -181,23 +181,30 @@ def _timestamp(column: str, x: str, source: str) -> tuple[str, list[Rule]]:
     return value, [*rules, Rule(column, outside, x, TS_MESSAGE)]
 
 
+def _utc(tstz: str) -> str:
+    """A TIMESTAMPTZ as a naive UTC TIMESTAMP from its epoch microseconds: the same value as a cast in
+    the session's UTC time zone, without a time-zone library call per row (25M rows: 0.8 s -> 0.07 s);
+    an infinite one is cast (epoch_us has no value for it)."""
+    return f"CASE WHEN isfinite({tstz}) THEN make_timestamp(epoch_us({tstz})) ELSE CAST({tstz} AS TIMESTAMP) END"
+
+
 def _timestamp_value(column: str, x: str, source: str) -> tuple[str, list[Rule]]:
     if source.startswith("TIMESTAMP WITH TIME ZONE") or source.startswith("TIMESTAMPTZ"):
-        return f"CAST(CAST({x} AS TIMESTAMPTZ) AS TIMESTAMP)", []
+        return _utc(f"CAST({x} AS TIMESTAMPTZ)"), []
     if source.startswith("TIMESTAMP") or source == "DATE":
         return f"CAST({x} AS TIMESTAMP)", []
     in_range = f"BETWEEN {EARLIEST_EPOCH} AND {_LATEST}"
     if source in _NUMERIC:
         n = f"CAST({x} AS DOUBLE)"
         rules = [Rule(column, f"NOT isnan({n}) AND NOT ({n} {in_range})", x, TS_MESSAGE)]
-        return f"CASE WHEN {n} {in_range} THEN CAST(to_timestamp({n}) AS TIMESTAMP) END", rules
+        return f"CASE WHEN {n} {in_range} THEN {_utc(f'to_timestamp({n})')} END", rules
     text = f"nullif(trim(CAST({x} AS VARCHAR)), '')"
     n, iso = f"TRY_CAST({text} AS DOUBLE)", f"TRY_CAST({text} AS TIMESTAMPTZ)"
     rules = [Rule(column, f"NOT isnan({n}) AND NOT ({n} {in_range})", x, TS_MESSAGE),
              Rule(column, f"{text} IS NOT NULL AND {n} IS NULL AND NOT coalesce(isfinite({iso}), FALSE)", x,
                   "bad timestamp {raw} (ISO-8601 or epoch seconds)")]
-    value = (f"CASE WHEN {n} IS NULL THEN CAST({iso} AS TIMESTAMP) "
-             f"WHEN {n} {in_range} THEN CAST(to_timestamp({n}) AS TIMESTAMP) END")
+    value = (f"CASE WHEN {n} IS NULL THEN {_utc(iso)} "
+             f"WHEN {n} {in_range} THEN {_utc(f'to_timestamp({n})')} END")
     return value, rules
 
 
