@@ -12,8 +12,9 @@ and several, and with more nodes per query. Prints one table:
 seconds, queries, sample rows, rows per second, and the 7-day figure extrapolated per GPU (the reader's
 cost grows with series x points; a 7-day read is 7 one-day chunks per shard and field).
 ``--scrape`` is the simulated scrape interval (default 60 s). A 60 s read of a fleet scraped every 5 minutes
-returns as many points as a 60 s scrape would (each step takes the last sample within the 5-minute lookback),
-while Prometheus decodes fewer chunks: it bounds the 60 s figure from below.
+is not a 60 s fleet's read: the reader averages each step's own samples (``avg_over_time(x[59.999s])``), so
+4 steps in 5 are empty and it returns the 5-minute read's rows while evaluating 5x the steps; measure a 60 s
+read on a fleet scraped at 60 s.
 """
 
 from __future__ import annotations

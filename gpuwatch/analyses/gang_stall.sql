@@ -57,7 +57,8 @@ holder_streams AS MATERIALIZED (
     FROM stg_streams k
     JOIN holders h USING (namespace, pod)
     JOIN gang_jobs g USING (namespace, job)
-    WHERE k.stream_id IN (SELECT stream_id FROM stg_series_rows($start, $end))
+    -- streams with series rows in the window (the hourly rollup's counts where current)
+    WHERE k.stream_id IN (SELECT stream_id FROM stream_hours($start, $end, NULL, NULL, NULL) WHERE series_n > 0)
 ),
 holder_devices AS (
     SELECT namespace, pod, count(*) AS devices FROM holder_streams GROUP BY namespace, pod

@@ -41,9 +41,12 @@ per_pod AS (
     GROUP BY w.namespace, w.pod
 ),
 eligible AS (
-    -- only whole, unshared GPUs observed long enough need their SM activity quantile (a full scan)
-    SELECT * FROM per_pod
+    -- only whole, unshared GPUs observed long enough, whose peak memory some profile holds, need their SM
+    -- activity quantile (a scan of their rows): a pod no profile's memory fits has no target whatever it computes
+    SELECT * FROM per_pod e
     WHERE gpu_share >= 1.0 AND observed_seconds >= $min_observed_seconds AND mig_capable(gpu_model)
+      AND EXISTS (SELECT 1 FROM profiles p
+                  WHERE e.fb_total_bytes * mig_memory_share(p.memory_slices) >= e.peak_fb_used_bytes * (1 + $mem_headroom))
 ),
 quantiles AS (
     SELECT w.pod_id, quantile_cont(r.effective, $compute_quantile) AS sm_active_quantile
