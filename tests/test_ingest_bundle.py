@@ -238,3 +238,23 @@ def test_analysis_output_is_deterministic(tmp_path):
                      "--out", str(tmp_path / run)]) == 0
         outs.append({p.name: p.read_bytes() for p in sorted((tmp_path / run).glob("*.csv"))})
     assert outs[0] == outs[1] and len(outs[0]) == 15
+
+
+def test_an_infinite_timestamp_in_parquet_is_refused(tmp_path):
+    """Regression: Parquet (written by DuckDB) holds an infinite TIMESTAMPTZ; it has no epoch, so the
+    range rule passed it and the row loaded with ts = infinity."""
+    import duckdb
+
+    con = store.connect(None)
+    store.load_bundle(con, _bundle(tmp_path / "good", samples=_samples(5)))
+    before = con.execute("SELECT count(*) FROM samples").fetchall()
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    _samples().assign(ts=lambda f: pd.to_datetime(f["ts"], utc=True)).to_parquet(tmp_path / "plain.parquet")
+    writer = duckdb.connect()
+    writer.execute(f"COPY (SELECT * REPLACE (CASE WHEN ts = (SELECT max(ts) FROM '{tmp_path / 'plain.parquet'}') "
+                   f"THEN 'infinity'::TIMESTAMPTZ ELSE ts END AS ts) FROM '{tmp_path / 'plain.parquet'}') "
+                   f"TO '{bad / 'samples.parquet'}'")
+    with pytest.raises(store.BundleError, match=r"samples.parquet: column 'ts', row 3: bad timestamp"):
+        store.load_bundle(con, bad)
+    assert con.execute("SELECT count(*) FROM samples").fetchall() == before

@@ -177,7 +177,8 @@ def _timestamp(column: str, x: str, source: str) -> tuple[str, list[Rule]]:
     """UTC TIMESTAMP from timestamps (naive = UTC), epoch seconds, or ISO-8601 text; every form is
     held to 2000-01-01 .. now + 1 day."""
     value, rules = _timestamp_value(column, x, source)
-    outside = f"(epoch({value}) < {EARLIEST_EPOCH} OR epoch({value}) > {_LATEST})"
+    # an infinite timestamp (Parquet and DuckDB hold them) has no epoch: outside too
+    outside = f"(NOT isfinite({value}) OR epoch({value}) < {EARLIEST_EPOCH} OR epoch({value}) > {_LATEST})"
     return value, [*rules, Rule(column, outside, x, TS_MESSAGE)]
 
 
