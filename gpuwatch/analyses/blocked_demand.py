@@ -100,11 +100,17 @@ class Grid:
         self.free = np.full((buckets, len(self.names)), -1, dtype=np.int64)
         self.mask = np.full((buckets, len(self.names)), -1, dtype=np.int64)
         masks = free["free_mask"].where(free["free_mask"].notna() & (free["unplaced"] == 0), -1)
-        for node, lo, hi, count, mask in zip(free["node"], free["bucket_from"], free["bucket_to"], free["free_gpus"],
-                                             masks, strict=True):
-            if node in column:  # a run of buckets in which the node's free set stays the same
-                self.free[int(lo):int(hi), column[node]] = count
-                self.mask[int(lo):int(hi), column[node]] = int(mask)
+        # each record is a run of buckets [bucket_from, bucket_to) in which a node's free set stays the same:
+        # one (bucket, node) cell per bucket of each run, filled at once
+        known = free["node"].isin(column).to_numpy()
+        lo = free["bucket_from"].to_numpy()[known].astype(np.int64)
+        hi = np.minimum(free["bucket_to"].to_numpy()[known].astype(np.int64), buckets)
+        lo = np.clip(lo, 0, hi)
+        cols = free["node"][known].map(column).to_numpy().astype(np.int64)
+        runs = hi - lo
+        rows = np.repeat(lo - np.cumsum(runs) + runs, runs) + np.arange(runs.sum())
+        self.free[rows, np.repeat(cols, runs)] = np.repeat(free["free_gpus"].to_numpy()[known].astype(np.int64), runs)
+        self.mask[rows, np.repeat(cols, runs)] = np.repeat(masks.to_numpy()[known].astype(np.int64), runs)
 
     def pool(self, selector: Any) -> list[int] | None:
         """Column numbers of the nodes a selector admits (None: unreadable selector)."""
