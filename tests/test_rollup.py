@@ -20,11 +20,10 @@ import pandas as pd
 import pytest
 
 from gpuwatch import analyses, store
-from gpuwatch import fleet as workloads
 from gpuwatch.analyses import params as defaults
-from gpuwatch.fleet import command as sim
 from gpuwatch.store import bundle as bundle_files
 from gpuwatch.store import restage, rollup
+from tests.support.bundles import by_hour, small_fleet, without_samples
 
 READERS = (("utilization", {}), ("chargeback", {}), ("idle_hoarding", {}), ("false_utilization", {}),
            ("rightsizing", {}), ("fleet_timeseries", {"bucket_seconds": 3600}),
@@ -33,20 +32,13 @@ READERS = (("utilization", {}), ("chargeback", {}), ("idle_hoarding", {}), ("fal
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("rollup") / "bundle"
-    sim.write_bundle(workloads.build_fleet(gpus=16, seed=5, days=0.5, failures=True, topology=True), out, step=60)
-    return out
+    return small_fleet(tmp_path_factory.mktemp("rollup") / "bundle", seed=5)
 
 
 @pytest.fixture(scope="module")
 def parts(bundle, tmp_path_factory) -> dict:
-    static = tmp_path_factory.mktemp("static")
-    for name, path in bundle_files.find_files(bundle).items():
-        if name != "samples":
-            shutil.copy(path, static / path.name)
     samples = pd.read_parquet(bundle_files.find_files(bundle)["samples"])
-    hour = pd.to_datetime(samples["ts"]).dt.floor("h")
-    return {"static": static, "hours": [part for _, part in samples.groupby(hour, sort=True)]}
+    return {"static": without_samples(bundle, tmp_path_factory.mktemp("static")), "hours": by_hour(samples)}
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +50,21 @@ def whole(bundle, tmp_path_factory) -> Path:
     rollup.update(con, **_thresholds(con))
     con.close()
     return db
+
+
+def _copy(whole: Path, db: Path):
+    """A writable copy of the whole store."""
+    shutil.copy(whole, db)
+    return store.connect(str(db))
+
+
+def _assert_readers_row_by_row(con, params: dict) -> None:
+    """Every reader of the rollup gives, with these params, its row-by-row answer exactly."""
+    for name, extra in READERS:
+        fresh = _row_by_row(con, name, {**params, **extra})
+        assert not fresh.empty, name
+        pd.testing.assert_frame_equal(_run(con, name, {**params, **extra}), fresh, check_exact=True,
+                                      obj=f"{name} {extra} {params['start']}..{params['end']}")
 
 
 def _params(con, **extra) -> dict:
@@ -134,22 +141,15 @@ def test_hour_by_hour_updates_give_the_rollup_of_all_rows(case, parts, whole, tm
 
 def test_readers_give_the_row_by_row_answer_current_or_not(whole, tmp_path):
     db = tmp_path / "copy.duckdb"
-    shutil.copy(whole, db)
-    con = store.connect(str(db))
+    con = _copy(whole, db)
     params = _params(con)
     assert _current(con, params)
     half_hour = {**params, "end": params["end"] - timedelta(minutes=30), "start": params["start"] + timedelta(minutes=15)}
     for window in (params, half_hour):
-        for name, extra in READERS:
-            fresh = _row_by_row(con, name, {**window, **extra})
-            assert not fresh.empty
-            pd.testing.assert_frame_equal(_run(con, name, {**window, **extra}), fresh, check_exact=True,
-                                          obj=f"{name} {extra} {window['end']}")
+        _assert_readers_row_by_row(con, window)
     other = {**params, "idle_below": 0.2, "false_effective_below": 0.3}
     assert not _current(con, other)  # counted for other thresholds: the readers count the rows
-    for name, extra in READERS:
-        pd.testing.assert_frame_equal(_run(con, name, {**other, **extra}), _row_by_row(con, name, {**other, **extra}),
-                                      check_exact=True)
+    _assert_readers_row_by_row(con, other)
     con.close()
 
 
@@ -157,8 +157,7 @@ def test_a_load_without_samples_keeps_the_hours_and_the_readers_see_it(whole, pa
     """New prices change every stream's cost, not one stored hour: the readers read rows until the next
     update (stale: a load came after it), which recomputes nothing, and then read the hours again."""
     db = tmp_path / "prices.duckdb"
-    shutil.copy(whole, db)
-    con = store.connect(str(db))
+    con = _copy(whole, db)
     before = _stored_hours(con)
     params = _params(con)
     cost = _run(con, "chargeback", params)
@@ -180,8 +179,7 @@ def test_a_load_without_samples_keeps_the_hours_and_the_readers_see_it(whole, pa
 
 def test_a_store_staged_again_rebuilds_the_rollup(whole, tmp_path):
     db = tmp_path / "salted.duckdb"
-    shutil.copy(whole, db)
-    con = store.connect(str(db))
+    con = _copy(whole, db)
     params = _params(con)
     con.execute("INSERT OR REPLACE INTO store_meta VALUES ('stream_salt', '5')")
     rows = con.execute("SELECT count(*) FROM stg_sample_rows").fetchone()[0]
@@ -194,9 +192,7 @@ def test_a_store_staged_again_rebuilds_the_rollup(whole, tmp_path):
     assert _current(con, params)
     staged = {s for (s,) in con.execute("SELECT DISTINCT stream_id FROM stg_sample_rows").fetchall()}
     assert set(_stored_hours(con)["stream_id"]) == staged  # every hour stored again under the new ids
-    for name, extra in READERS:
-        pd.testing.assert_frame_equal(_run(con, name, {**params, **extra}), _row_by_row(con, name, {**params, **extra}),
-                                      check_exact=True)
+    _assert_readers_row_by_row(con, params)
     con.close()
 
 
@@ -204,8 +200,7 @@ def test_a_store_from_another_version_gets_a_rollup_of_this_shape(whole, tmp_pat
     """A store whose rollup was made by other SQL (fewer columns, another staging fingerprint) is re-staged
     on its first writable open, its rollup made again in this version's shape, then brought up to date."""
     db = tmp_path / "old.duckdb"
-    shutil.copy(whole, db)
-    con = store.connect(str(db))
+    con = _copy(whole, db)
     columns = [c for (c,) in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = 'rollup_stream_hours'").fetchall()]
     con.execute("ALTER TABLE rollup_stream_hours DROP COLUMN series_last_ts")
     con.execute("UPDATE store_meta SET value = 'an older gpuwatch' WHERE key = 'staging'")

@@ -8,17 +8,15 @@ output must be byte for byte the same as after the whole load.
 from __future__ import annotations
 
 import random
-import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from gpuwatch import cli, store
-from gpuwatch import fleet as workloads
-from gpuwatch.fleet import command as sim
 from gpuwatch.store import bundle as bundle_files
 from gpuwatch.store import restage
+from tests.support.bundles import by_hour, small_fleet, without_samples
 
 STAGED = {"stg_sample_rows": "stream_id, ts", "stg_streams": "stream_id", "stg_stream_dts": "stream_id, dt_seconds",
           "stg_stream_aliases": "stream_id, raw_namespace, raw_pod"}
@@ -26,19 +24,13 @@ STAGED = {"stg_sample_rows": "stream_id, ts", "stg_streams": "stream_id", "stg_s
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("incremental") / "bundle"
-    sim.write_bundle(workloads.build_fleet(gpus=16, seed=3, days=0.5, failures=True, topology=True), out, step=60)
-    return out
+    return small_fleet(tmp_path_factory.mktemp("incremental") / "bundle", seed=3)
 
 
 @pytest.fixture(scope="module")
 def static(bundle, tmp_path_factory) -> Path:
     """The bundle without its samples (loaded the same way as the whole bundle: DuckDB reads the files)."""
-    out = tmp_path_factory.mktemp("static")
-    for name, path in bundle_files.find_files(bundle).items():
-        if name != "samples":
-            shutil.copy(path, out / path.name)
-    return out
+    return without_samples(bundle, tmp_path_factory.mktemp("static"))
 
 
 @pytest.fixture(scope="module")
@@ -55,20 +47,15 @@ def whole(bundle, tmp_path_factory) -> tuple[Path, Path]:
     return db, _analyze(db, tmp_path_factory.mktemp("whole_out"))
 
 
-def _hours(samples: pd.DataFrame) -> list[pd.DataFrame]:
-    hour = pd.to_datetime(samples["ts"]).dt.floor("h")
-    return [part for _, part in samples.groupby(hour, sort=True)]
-
-
 def _analyze(db: Path, out: Path) -> Path:
     assert cli.main(["analyze", "--db", str(db), "--out", str(out)]) == 0
     return out
 
 
-def _load_by_hours(db: Path, frames: dict, order: list[int], *, resend: list[int] = ()) -> None:
+def _load_byby_hour(db: Path, frames: dict, order: list[int], *, resend: list[int] = ()) -> None:
     con = store.connect(str(db))
     store.load_bundle(con, frames["static"])
-    hours = _hours(frames["samples"])
+    hours = by_hour(frames["samples"])
     for i in [*order, *resend]:
         store.load(con, {"samples": hours[i]}, source=f"hour {i}")
     con.close()
@@ -100,7 +87,7 @@ def every_load_incremental(monkeypatch):
 
 @pytest.mark.parametrize("case", ["in order", "out of order, hours sent again"])
 def test_hour_by_hour_stages_and_finds_what_one_load_does(case, frames, whole, tmp_path, every_load_incremental):
-    count = len(_hours(frames["samples"]))
+    count = len(by_hour(frames["samples"]))
     order = list(range(count))
     resend: list[int] = []
     if case != "in order":
@@ -108,7 +95,7 @@ def test_hour_by_hour_stages_and_finds_what_one_load_does(case, frames, whole, t
         rng.shuffle(order)
         resend = rng.sample(range(count), 3)
     db = tmp_path / "hours.duckdb"
-    _load_by_hours(db, frames, order, resend=resend)
+    _load_byby_hour(db, frames, order, resend=resend)
     _assert_same_staging(db, whole[0])
     _assert_same_outputs(_analyze(db, tmp_path / "out"), whole[1])
     _assert_same_persisted(db, whole[0])
@@ -132,9 +119,9 @@ def test_a_partial_resend_and_a_vanished_pod_restage_exactly(frames, whole, tmp_
     """An hour of one node sent again with one pod gone from its rows (its GPU unallocated), then sent
     back as it was: a stream losing and regaining rows in the middle of its series, another stream
     appearing and vanishing, neighbours on both sides."""
-    hours = _hours(frames["samples"])
+    hours = by_hour(frames["samples"])
     db = tmp_path / "partial.duckdb"
-    _load_by_hours(db, frames, list(range(len(hours))))
+    _load_byby_hour(db, frames, list(range(len(hours))))
     con = store.connect(str(db))
     middle = hours[len(hours) // 2]
     node = sorted(middle["node"].unique())[0]
@@ -152,7 +139,7 @@ def test_a_partial_resend_and_a_vanished_pod_restage_exactly(frames, whole, tmp_
 
 def test_a_small_load_restages_incrementally_by_default(frames, tmp_path, monkeypatch):
     """The default path: the last hour into the rest of the data is re-staged, not refreshed whole."""
-    hours = _hours(frames["samples"])
+    hours = by_hour(frames["samples"])
     db = tmp_path / "default.duckdb"
     con = store.connect(str(db))
     store.load_bundle(con, frames["static"])

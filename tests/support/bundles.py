@@ -64,3 +64,31 @@ def peak_concurrent(pods: pd.DataFrame) -> float:
     events = pd.concat([pd.DataFrame({"t": pods["start_ts"], "d": pods["gpu_count"]}),
                         pd.DataFrame({"t": pods["end_ts"].dropna(), "d": -pods.loc[pods["end_ts"].notna(), "gpu_count"]})])
     return float(events.sort_values(["t", "d"])["d"].cumsum().max())
+
+
+def without_samples(bundle: Path, out: Path) -> Path:
+    """A copy of ``bundle``'s files but its samples (DuckDB reads them as it reads the whole bundle)."""
+    import shutil
+
+    from gpuwatch.store import bundle as bundle_files
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name, path in bundle_files.find_files(bundle).items():
+        if name != "samples":
+            shutil.copy(path, out / path.name)
+    return out
+
+
+def by_hour(samples: pd.DataFrame) -> list[pd.DataFrame]:
+    """The samples split by clock hour, in time order (a bundle sent an hour at a time)."""
+    hour = pd.to_datetime(samples["ts"]).dt.floor("h")
+    return [part for _, part in samples.groupby(hour, sort=True)]
+
+
+def small_fleet(out: Path, *, seed: int) -> Path:
+    """A simulated 16-GPU fleet over half a day at 60 s, failures and topology planted, as a bundle."""
+    from gpuwatch import fleet
+    from gpuwatch.fleet import command
+
+    command.write_bundle(fleet.build_fleet(gpus=16, seed=seed, days=0.5, failures=True, topology=True), out, step=60)
+    return out
