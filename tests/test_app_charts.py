@@ -20,14 +20,17 @@ from streamlit.testing.v1 import AppTest
 
 from tests import app_support as support
 from tests.conftest import ROOT
-from tests.test_app_browser import ARGS, CHROMIUM, free_port, wait_healthy
+from tests.test_app_browser import ARGS, CHROMIUM, FINISHED, free_port, wait_healthy
 
 SCRIPT = str(ROOT / "app" / "streamlit_app.py")
 ARTIFACTS = ROOT / "tests" / "artifacts"
 PAGES = ("", "idle_hoarding", "false_utilization", "mig", "chargeback", "recommendations", "gpu")
-# Streamlit shows its status widget ("Running...", "Stop") while a page's script runs: a screenshot
-# before it goes would catch a page half-drawn (only its title)
-FINISHED = "() => !document.querySelector('[data-testid=stStatusWidget]')"
+# FINISHED: Streamlit's status widget ("Running...", "Stop") is gone: a screenshot before that would catch
+# a page half-drawn (only its title)
+# Streamlit draws a skeleton where an element's code is still loading (the Vega-Lite chart's script, on a
+# tab's first page): until it is gone the page's charts are not in the DOM, and "every chart drawn" would
+# hold for none
+LOADING = "() => document.querySelectorAll('[data-testid=stSkeleton]').length"
 CASES = ("one-pod", "1-team", "3-teams", "50-teams", "500-teams")
 
 
@@ -122,11 +125,12 @@ def test_every_page_draws_readable_charts_in_the_browser(stores, browser, case):
             tab.wait_for_load_state("networkidle")
             tab.wait_for_function(FINISHED, timeout=90_000)  # the page's script has run to its end
             deadline = time.monotonic() + 30
-            charts = tab.evaluate(CHARTS)
-            while not all(c["drawn"] for c in charts) and time.monotonic() < deadline:
+            charts, loading = tab.evaluate(CHARTS), tab.evaluate(LOADING)
+            while (loading or not all(c["drawn"] for c in charts)) and time.monotonic() < deadline:
                 time.sleep(0.5)
-                charts = tab.evaluate(CHARTS)
+                charts, loading = tab.evaluate(CHARTS), tab.evaluate(LOADING)
             tab.screenshot(path=str(ARTIFACTS / f"charts-{case}-{page or 'fleet'}.png"), full_page=True)
+            assert not loading, (case, page, f"{loading} element(s) still loading")
             assert all(c["drawn"] for c in charts), (case, page, charts)
             assert all(c["height"] >= 100 for c in charts), (case, page, charts)
     finally:
