@@ -11,9 +11,9 @@ WITH per_stream AS (
     SELECT stream_id,
            CAST(sum(series_false_n) AS BIGINT) AS false_n,
            CAST(sum(series_effective_n) AS BIGINT) AS known_n,
-           CAST(sum(series_false_gap_part) AS DOUBLE) AS gap_sum,
-           CAST(sum(series_known_reported_part) AS DOUBLE) AS reported_known_sum,
-           CAST(sum(series_effective_part) AS DOUBLE) AS effective_sum
+           exact_total(series_false_gap_part) AS gap_sum,
+           exact_total(series_known_reported_part) AS reported_known_sum,
+           exact_total(series_effective_part) AS effective_sum
     FROM stream_hours($start, $end, NULL, $false_reported_min, $false_effective_below)
     GROUP BY stream_id
     HAVING sum(series_n) > 0

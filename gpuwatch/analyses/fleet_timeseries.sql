@@ -43,17 +43,17 @@ grouped AS (
     SELECT CASE WHEN grouping(c.bucket) = 1 THEN 'window' ELSE 'bucket' END AS scope,
            $start::TIMESTAMP + to_seconds(coalesce(c.bucket, 0) * $bucket_seconds) AS bucket_start,
            any_value(step.seconds) AS step_seconds,
-           CAST(sum(rows_n * share) AS DOUBLE) AS w,
-           CAST(sum(CASE WHEN allocated THEN busy_n * share END) AS DOUBLE) AS w_busy,
-           CAST(sum(CASE WHEN allocated THEN idle_n * share END) AS DOUBLE) AS w_idle,
-           CAST(sum(CASE WHEN NOT allocated THEN rows_n * share END) AS DOUBLE) AS w_free,
+           exact_total(rows_n * share) AS w,
+           exact_total(CASE WHEN allocated THEN busy_n * share END) AS w_busy,
+           exact_total(CASE WHEN allocated THEN idle_n * share END) AS w_idle,
+           exact_total(CASE WHEN NOT allocated THEN rows_n * share END) AS w_free,
            exact_sum(CASE WHEN allocated THEN CAST(reported_part AS DOUBLE) * CAST(share AS DOUBLE) END) AS reported_sum,
-           CAST(sum(CASE WHEN allocated THEN reported_n * share END) AS DOUBLE) AS reported_w,
+           exact_total(CASE WHEN allocated THEN reported_n * share END) AS reported_w,
            exact_sum(CASE WHEN allocated THEN CAST(effective_part AS DOUBLE) * CAST(share AS DOUBLE) END) AS effective_sum,
-           CAST(sum(CASE WHEN allocated THEN effective_n * share END) AS DOUBLE) AS effective_w,
-           CAST(sum(rows_n * usd) AS DOUBLE) AS usd, CAST(sum(CASE WHEN allocated THEN busy_n * usd END) AS DOUBLE) AS usd_busy,
-           CAST(sum(CASE WHEN allocated THEN idle_n * usd END) AS DOUBLE) AS usd_idle,
-           CAST(sum(CASE WHEN NOT allocated THEN rows_n * usd END) AS DOUBLE) AS usd_free
+           exact_total(CASE WHEN allocated THEN effective_n * share END) AS effective_w,
+           exact_total(rows_n * usd) AS usd, exact_total(CASE WHEN allocated THEN busy_n * usd END) AS usd_busy,
+           exact_total(CASE WHEN allocated THEN idle_n * usd END) AS usd_idle,
+           exact_total(CASE WHEN NOT allocated THEN rows_n * usd END) AS usd_free
     FROM classified c CROSS JOIN step
     GROUP BY GROUPING SETS ((c.bucket), ())
 ),

@@ -8,13 +8,13 @@ WITH per_stream AS (
     -- aggregate by the integer stream id first (stg_streams holds the per-stream constants), from the
     -- hourly rollup's stored hours where current (store/rollup.sql: the same sums, bit for bit)
     SELECT stream_id, CAST(sum(series_n) AS BIGINT) AS samples,
-           CAST(sum(gpu_util_part) AS DOUBLE) AS gpu_util_sum, CAST(sum(gpu_util_n) AS BIGINT) AS gpu_util_n,
-           CAST(sum(gr_part) AS DOUBLE) AS gr_sum, CAST(sum(gr_n) AS BIGINT) AS gr_n,
-           CAST(sum(sm_part) AS DOUBLE) AS sm_sum, CAST(sum(sm_n) AS BIGINT) AS sm_n,
-           CAST(sum(tensor_part) AS DOUBLE) AS tensor_sum, CAST(sum(tensor_n) AS BIGINT) AS tensor_n,
+           exact_total(gpu_util_part) AS gpu_util_sum, CAST(sum(gpu_util_n) AS BIGINT) AS gpu_util_n,
+           exact_total(gr_part) AS gr_sum, CAST(sum(gr_n) AS BIGINT) AS gr_n,
+           exact_total(sm_part) AS sm_sum, CAST(sum(sm_n) AS BIGINT) AS sm_n,
+           exact_total(tensor_part) AS tensor_sum, CAST(sum(tensor_n) AS BIGINT) AS tensor_n,
            max(max_fb_used_bytes) AS max_fb_used_bytes,
-           CAST(sum(series_reported_part) AS DOUBLE) AS reported_sum, CAST(sum(series_reported_n) AS BIGINT) AS reported_n,
-           CAST(sum(series_effective_part) AS DOUBLE) AS effective_sum, CAST(sum(series_effective_n) AS BIGINT) AS effective_n
+           exact_total(series_reported_part) AS reported_sum, CAST(sum(series_reported_n) AS BIGINT) AS reported_n,
+           exact_total(series_effective_part) AS effective_sum, CAST(sum(series_effective_n) AS BIGINT) AS effective_n
     FROM stream_hours($start, $end, NULL, NULL, NULL)
     GROUP BY stream_id
     HAVING sum(series_n) > 0

@@ -10,8 +10,6 @@
 -- teams, devices or pods changes no stored hour; a load of samples makes the hours it replaced stale, and
 -- store/rollup.py's update() recomputes just those (the analyze step runs it).
 
-CREATE OR REPLACE MACRO exact_part(x) AS sum(CAST(x AS DECIMAL(38, 12)));
-
 -- One pass over the staged rows with lo <= ts < hi, by stream and hour.
 CREATE OR REPLACE MACRO rollup_parts(lo, hi, idle_below, false_min, false_below) AS TABLE
 WITH judged AS (

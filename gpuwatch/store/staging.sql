@@ -72,8 +72,12 @@ CREATE OR REPLACE MACRO is_false_util(reported, effective, reported_min, effecti
 -- double sum does: its rounding errors follow the order, which follows how the rows were loaded and
 -- staged). Each value is rounded to 12 decimals and summed exactly (DECIMAL), so the same rows give the
 -- same bytes however they were loaded: an hour at a time or a week at once (tests/test_store_incremental.py).
-CREATE OR REPLACE MACRO exact_sum(x) AS CAST(sum(CAST(x AS DECIMAL(38, 12))) AS DOUBLE);
-CREATE OR REPLACE MACRO exact_avg(x) AS CAST(sum(CAST(x AS DECIMAL(38, 12))) AS DOUBLE) / count(x);
+-- exact_part: the DECIMAL sum itself, which adds up exactly again (the hourly rollup stores such parts;
+-- exact_total turns a sum of parts into the double exact_sum gives over the same rows).
+CREATE OR REPLACE MACRO exact_part(x) AS sum(CAST(x AS DECIMAL(38, 12)));
+CREATE OR REPLACE MACRO exact_total(parts) AS CAST(sum(parts) AS DOUBLE);
+CREATE OR REPLACE MACRO exact_sum(x) AS CAST(exact_part(x) AS DOUBLE);
+CREATE OR REPLACE MACRO exact_avg(x) AS exact_sum(x) / count(x);
 
 -- Devices: one row per GPU and per MIG instance, with its share of the GPU and its price.
 CREATE OR REPLACE VIEW stg_devices AS
