@@ -27,26 +27,31 @@ def _fleet(con, bucket_seconds: int = 3600) -> pd.DataFrame:
     return analyses.run(con, "fleet_timeseries", **params, bucket_seconds=bucket_seconds)
 
 
-def _loaded(path, samples: pd.DataFrame | None = None):
+def _loaded(path):
     con = store.connect(None)
     store.load_bundle(con, path)
-    if samples is not None:
-        store.load(con, {"samples": samples}, source="offsets")
+    return con
+
+
+def _offsets(tmp_path, seconds_of):
+    """sample_data with each node's samples moved by ``seconds_of(node)`` seconds, loaded."""
+    samples = pd.read_parquet(SAMPLE_DATA / "samples.parquet")
+    moved = samples.assign(ts=pd.to_datetime(samples["ts"]) + pd.to_timedelta(
+        samples["node"].astype(str).map(seconds_of).astype(int), unit="s"))
+    static = tmp_path / "static"
+    static.mkdir()
+    for path in SAMPLE_DATA.glob("*.csv"):
+        (static / path.name).write_bytes(path.read_bytes())
+    con = _loaded(static)
+    store.load(con, {"samples": moved}, source="offsets")
     return con
 
 
 def test_nodes_sampled_at_other_offsets_count_the_same_gpus_and_dollars(tmp_path):
     aligned = _fleet(_loaded(SAMPLE_DATA))
-    samples = pd.read_parquet(SAMPLE_DATA / "samples.parquet")
-    nodes = sorted(samples["node"].astype(str).unique())
+    nodes = sorted(pd.read_parquet(SAMPLE_DATA / "samples.parquet")["node"].astype(str).unique())
     offset = {n: (7 * i) % 60 for i, n in enumerate(nodes)}  # 13 nodes, 13 offsets within the minute
-    shifted = samples.assign(ts=pd.to_datetime(samples["ts"]) + pd.to_timedelta(
-        samples["node"].astype(str).map(offset).astype(int), unit="s"))
-    static = tmp_path / "static"
-    static.mkdir()
-    for path in SAMPLE_DATA.glob("*.csv"):
-        (static / path.name).write_bytes(path.read_bytes())
-    moved = _fleet(_loaded(static, shifted))
+    moved = _fleet(_offsets(tmp_path, offset.get))
     window = {name: frame[frame["scope"] == "window"].iloc[0] for name, frame in (("aligned", aligned), ("moved", moved))}
     for column in NUMBERS:
         assert window["moved"][column] == pytest.approx(window["aligned"][column], rel=1e-9), column
@@ -81,3 +86,10 @@ def test_a_node_with_no_series_counts_its_own_sample_times():
     assert list(hours["allocated_busy_gpus"]) == pytest.approx([1.0, 1.0])
     assert list(hours["unallocated_gpus"]) == pytest.approx([1.0, 1.0])
     assert list(hours["not_sampled_gpus"]) == pytest.approx([0.0, 0.0])
+
+
+def test_the_stores_step_is_not_shrunk_by_node_offsets(tmp_path):
+    """data_coverage's step (the app shows it; the report counts observed hours with it) is the median of
+    the streams' series steps: 60 s for sample_data whether or not its nodes share sample times."""
+    for con in (_loaded(SAMPLE_DATA), _offsets(tmp_path, lambda node: sum(map(ord, node)) % 60)):
+        assert analyses.run(con, "data_coverage").iloc[0]["step_seconds"] == 60.0
