@@ -77,6 +77,13 @@ def parse_utc(text: str, *, what: str) -> datetime:
     return stamp
 
 
+def epoch_seconds(value: float | datetime) -> float:
+    """Epoch seconds of a datetime (naive = UTC, as everywhere in gpuwatch) or of a number already in them."""
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+    return float(value)
+
+
 def parse_port(text: str | int, *, what: str) -> int:
     """A TCP port to serve on: ``8501`` -> 8501 (1-65535)."""
     port = str(text).strip()

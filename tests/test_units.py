@@ -81,3 +81,12 @@ def test_bad_ports_name_the_flag(text):
 
 def test_usage_and_data_errors_are_distinct():
     assert issubclass(units.UsageError, ValueError) and not issubclass(units.DataError, units.UsageError)
+
+
+def test_epoch_seconds_reads_a_naive_datetime_as_utc():
+    from datetime import UTC, datetime, timedelta, timezone
+
+    assert units.epoch_seconds(datetime(2026, 11, 9)) == 1794182400.0
+    assert units.epoch_seconds(datetime(2026, 11, 9, 2, tzinfo=timezone(timedelta(hours=2)))) == 1794182400.0
+    assert units.epoch_seconds(datetime(2026, 11, 9, tzinfo=UTC)) == 1794182400.0
+    assert units.epoch_seconds(1794182400) == 1794182400.0

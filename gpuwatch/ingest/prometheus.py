@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 import numpy as np
 
@@ -160,7 +160,7 @@ def fetch(url: str, *, start: float | datetime, end: float | datetime, step: flo
           client: Client | None = None, concurrency: int = CONCURRENCY) -> dict:
     """Bundle frames (devices, samples, pods) for ``[start, end)`` at ``step`` seconds."""
     client = client or Client(url, session=session)
-    start, end = _epoch(start), _epoch(end)
+    start, end = units.epoch_seconds(start), units.epoch_seconds(end)
     grid = time_chunks(start, end, step=step, chunk=chunk)
     if not grid:
         raise ValueError(f"empty window: start {start} >= end {end}")
@@ -255,7 +255,3 @@ def _num(value: float) -> str:
     return f"{value:.3f}"
 
 
-def _epoch(value: float | datetime) -> float:
-    if isinstance(value, datetime):  # naive = UTC, as everywhere in gpuwatch
-        return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
-    return float(value)

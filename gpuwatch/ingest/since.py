@@ -74,7 +74,7 @@ def ingest(con: Any, url: str, *, end: datetime, step: float, tail: float = TAIL
         return dict.fromkeys(BUNDLE_COLUMNS, 0), read
     frames = fetch(url, start=read.start, end=read.end, step=step, team_label=team_label)
     if read.resume is not None:
-        last = prometheus.time_chunks(_epoch(read.start), _epoch(read.end), step=step, chunk=86_400.0)[-1][1]
+        last = prometheus.time_chunks(units.epoch_seconds(read.start), units.epoch_seconds(read.end), step=step, chunk=86_400.0)[-1][1]
         frames = resumed(frames, resume=read.resume, last=datetime.fromtimestamp(last, UTC))
     counts = store.load(con, frames, source=url, window=(read.start, read.end), prices=prices, teams=teams,
                         cluster=cluster)
@@ -172,5 +172,3 @@ def _iso(at: datetime | None) -> str:
     return "-" if at is None else at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _epoch(at: datetime) -> float:
-    return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
