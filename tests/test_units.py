@@ -3,7 +3,7 @@ Every refusal is a UsageError whose message starts with the flag or key it was g
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -84,8 +84,6 @@ def test_usage_and_data_errors_are_distinct():
 
 
 def test_epoch_seconds_reads_a_naive_datetime_as_utc():
-    from datetime import UTC, datetime, timedelta, timezone
-
     assert units.epoch_seconds(datetime(2026, 11, 9)) == 1794182400.0
     assert units.epoch_seconds(datetime(2026, 11, 9, 2, tzinfo=timezone(timedelta(hours=2)))) == 1794182400.0
     assert units.epoch_seconds(datetime(2026, 11, 9, tzinfo=UTC)) == 1794182400.0
