@@ -64,7 +64,7 @@ CREATE TABLE IF NOT EXISTS rollup_meta (staging VARCHAR, salt VARCHAR, log_rows 
 CREATE OR REPLACE MACRO rollup_current(want_idle, want_min, want_below) AS (
     SELECT count(*) > 0 FROM rollup_meta m
     WHERE m.staging = (SELECT value FROM store_meta WHERE key = 'staging')
-      AND m.salt = coalesce((SELECT value FROM store_meta WHERE key = 'stream_salt'), '0')
+      AND m.salt = CAST(stg_stream_salt() AS VARCHAR)
       AND m.log_rows = (SELECT count(*) FROM ingest_log)
       AND (want_idle IS NULL OR m.idle_below = want_idle)
       AND (want_min IS NULL OR m.false_reported_min = want_min)

@@ -48,9 +48,8 @@ def refresh(con: Any, *, chunk_rows: int | None = None) -> None:
 
 
 def stream_salt(con: Any) -> int:
-    """The salt of this store's stream ids (staging.sql's stream_id_of; 0 until a collision changes it)."""
-    found = con.execute("SELECT value FROM store_meta WHERE key = 'stream_salt'").fetchall()
-    return int(found[0][0]) if found else 0
+    """The salt of this store's stream ids (staging.sql's stg_stream_salt(): 0 until a collision changes it)."""
+    return int(con.execute("SELECT stg_stream_salt()").fetchone()[0])
 
 
 def collisions(con: Any) -> bool:
