@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache, reduce
 
+from gpuwatch.units import MIB
+
 MEMORY_SLICES = 8
 COMPUTE_SLICES = 7
 # GPU models with this geometry (7 compute, 8 memory slices), matched case-insensitively on the model
@@ -68,6 +70,52 @@ class Placement:
 
 Layout = tuple[Placement, ...]  # sorted, so equal layouts are equal tuples
 ALL_PLACEMENTS: Layout = tuple(sorted(Placement(p.id, s) for p in PROFILES.values() for s in p.starts))
+
+
+# --- what real GPUs reported --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Captured:
+    """One GPU memory size's MIG profiles as NVML reported them: a GPU instance's memory (MiB,
+    nvmlGpuInstanceProfileInfo ``memorySizeMB``; a MIG device's FB total is the same number) by its
+    memory slices — every profile of one size holds the same (an H100's 1g.20gb and 2g.20gb: 20096) —
+    SMs and names by profile, and the whole GPU's SMs. Neither memory nor SMs is a slice fraction: an
+    H100's 1g.10gb holds 9984 MiB, not 81559 / 8 = 10195, and 16 of 132 SMs, not 1/7 of them."""
+
+    gpu_sms: int | None
+    memory_mib: Mapping[int, int]  # memory slices -> an instance's MiB
+    sms: Mapping[int, int]  # profile id -> SMs (missing: not captured)
+    names: Mapping[int, str]  # profile id -> NVIDIA's name without "MIG " (a formula misses some: 3g.71gb)
+
+    def instance_mib(self, profile_id: int) -> int | None:
+        return self.memory_mib.get(PROFILES[profile_id].size)
+
+
+# Keyed by the whole GPU's memory in MiB as NVML and DCGM report it (FB total); only what real GPUs
+# answered. 81559 = H100 80GB HBM3: tests/fixtures/real/h100-sxm-580 (driver 580, every profile; a public
+# nvidia-smi capture of MIG instances at driver 590 shows the same MiB). 143771 = H200 141GB: the MIG
+# instances of a public nvidia-smi capture at driver 590 (1g.18gb 16384, 2g.35gb 33280, 3g.71gb 71424 MiB),
+# names and SMs from a public ``nvidia-smi mig -lgip`` (NVIDIA mig-parted issue 120). 81920 = A100 80GB:
+# a public ``nvidia-smi mig -lgip`` (mig-parted issue 97: 1g.10gb 9.50 GiB 14 SMs, 2g.20gb 19.50 GiB
+# 28 SMs, 3g.40gb 39.25 GiB 42 SMs), each GiB figure's lower rounding bound in MiB (9.495 GiB -> 9722),
+# of the GPU's 108 SMs. A size missing here has unknown instance memory.
+CAPTURED: dict[int, Captured] = {
+    81559: Captured(132, {1: 9984, 2: 20096, 4: 40448, 8: 81152},
+                    {19: 16, 20: 16, 15: 26, 14: 32, 9: 60, 5: 64, 0: 132},
+                    {19: "1g.10gb", 20: "1g.10gb+me", 15: "1g.20gb", 14: "2g.20gb", 9: "3g.40gb", 5: "4g.40gb",
+                     0: "7g.80gb"}),
+    143771: Captured(132, {1: 16384, 2: 33280, 4: 71424}, {19: 16, 15: 26, 14: 32, 9: 60, 5: 64},
+                     {19: "1g.18gb", 20: "1g.18gb+me", 15: "1g.35gb", 14: "2g.35gb", 9: "3g.71gb", 5: "4g.71gb",
+                      0: "7g.141gb"}),
+    81920: Captured(108, {1: 9722, 2: 19962, 4: 40186}, {19: 14, 14: 28, 9: 42},
+                    {19: "1g.10gb", 20: "1g.10gb+me", 15: "1g.20gb", 14: "2g.20gb", 9: "3g.40gb", 5: "4g.40gb",
+                     0: "7g.80gb"}),
+}
+
+
+def captured_profiles(gpu_memory_bytes: float) -> Captured | None:
+    """What real GPUs of this memory size reported for their MIG profiles (None: none captured)."""
+    return CAPTURED.get(int(gpu_memory_bytes) // MIB)
 
 
 # --- profile names ------------------------------------------------------------------------------

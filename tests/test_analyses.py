@@ -163,7 +163,7 @@ def test_rightsizing_offers_mig_profiles_only_on_mig_capable_models():
 
     t0 = pd.Timestamp("2026-11-09")
     models = {"GPU-h": "NVIDIA H100 80GB HBM3", "GPU-l": "NVIDIA L40S", "GPU-x": "Mystery Accelerator"}
-    devices = [{"node": "n1", "gpu_uuid": g, "gpu_model": m, "fb_total_bytes": 80 * 2**30} for g, m in models.items()]
+    devices = [{"node": "n1", "gpu_uuid": g, "gpu_model": m, "fb_total_bytes": 81559 * 2**20} for g, m in models.items()]
     pods = [{"namespace": "ns", "pod": f"p-{g[-1]}", "node": "n1", "gpu_count": 1.0, "device_ids": g,
              "start_ts": t0, "gpu_resource": "nvidia.com/gpu"} for g in models]
     samples = [{"ts": t0 + pd.Timedelta(minutes=m), "node": "n1", "gpu_uuid": g, "namespace": "ns", "pod": f"p-{g[-1]}",
@@ -174,3 +174,51 @@ def test_rightsizing_offers_mig_profiles_only_on_mig_capable_models():
                      "prices": pd.DataFrame(prices)}, source="test")
     frame = analyses.run(con, "rightsizing", **params(t0, t0 + pd.Timedelta(days=1)))
     assert frame["pod"].tolist() == ["p-h"] and frame["profile"].tolist() == ["1g.10gb"]
+
+
+def _rightsize(gpus: dict, *, sm_active: float, peak_mib: int, instances: tuple = ()):
+    """rightsizing over one pod per whole GPU (uuid -> (model, FB MiB)) at ``sm_active`` with a flat
+    ``peak_mib`` of memory, beside ``instances`` (model, profile id, name, FB MiB) seen on another node."""
+    import pandas as pd
+
+    from gpuwatch import store
+    from gpuwatch.analyses.params import params
+
+    t0 = pd.Timestamp("2026-11-09")
+    devices = [{"node": "n1", "gpu_uuid": g, "gpu_model": m, "fb_total_bytes": mib * 2**20} for g, (m, mib) in gpus.items()]
+    devices += [{"node": "n9", "gpu_uuid": f"GPU-m{i}", "gpu_model": m, "fb_total_bytes": mib * 2**20, "mig_gi_id": 7,
+                 "mig_profile": name, "mig_profile_id": pid} for i, (m, pid, name, mib) in enumerate(instances)]
+    pods = [{"namespace": "ns", "pod": f"p-{g}", "node": "n1", "gpu_count": 1.0, "device_ids": g, "start_ts": t0,
+             "gpu_resource": "nvidia.com/gpu"} for g in gpus]
+    samples = [{"ts": t0 + pd.Timedelta(minutes=m), "node": "n1", "gpu_uuid": g, "namespace": "ns", "pod": f"p-{g}",
+                "gpu_util": 0.3, "sm_active": sm_active, "fb_used_bytes": peak_mib * 2**20} for g in gpus for m in range(240)]
+    prices = [{"gpu_model": m, "usd_per_gpu_hour": 2.0} for m, _ in gpus.values()]
+    con = store.connect(None)
+    store.load(con, {"devices": pd.DataFrame(devices), "pods": pd.DataFrame(pods), "samples": pd.DataFrame(samples),
+                     "prices": pd.DataFrame(prices)}, source="test")
+    frame = analyses.run(con, "rightsizing", **params(t0, t0 + pd.Timedelta(days=1)))
+    con.close()
+    return dict(zip(frame["pod"], frame["profile"], strict=True))
+
+
+H100, H200, A100 = ("NVIDIA H100 80GB HBM3", 81559), ("NVIDIA H200", 143771), ("NVIDIA A100-SXM4-40GB", 40960)
+
+
+def test_rightsizing_fits_against_the_memory_and_sms_a_real_gpu_reported():
+    """On a real H100 a 1g.10gb instance holds 9984 MiB and 16 of 132 SMs (tests/test_real_h100.py), not
+    81559 / 8 = 10195 MiB and 1/7 of the SMs: a pod peaking at 8400 MiB (x 1.2 headroom = 10080) or
+    keeping 13 % of the SMs busy does not fit it, and gets the 1g.20gb (20096 MiB, 26 SMs)."""
+    assert _rightsize({"GPU-a": H100}, sm_active=0.05, peak_mib=8000) == {"p-GPU-a": "1g.10gb"}
+    assert _rightsize({"GPU-a": H100}, sm_active=0.05, peak_mib=8400) == {"p-GPU-a": "1g.20gb"}
+    assert _rightsize({"GPU-a": H100}, sm_active=0.13, peak_mib=4000) == {"p-GPU-a": "1g.20gb"}
+    # NVIDIA's names, not a fraction's: an H200's 3g instance is 3g.71gb (143771 / 2 MiB would say 70)
+    assert _rightsize({"GPU-b": H200}, sm_active=0.3, peak_mib=50_000) == {"p-GPU-b": "3g.71gb"}
+
+
+def test_rightsizing_offers_no_profile_whose_instance_memory_nobody_reported():
+    """An A100 40GB: no captured profile memory, so no offer (unknown, not a slice fraction); once the
+    store has seen that model's 1g instances, their own FB total decides (4864 MiB fits 4000 x 1.2)."""
+    assert _rightsize({"GPU-c": A100}, sm_active=0.05, peak_mib=4000) == {}
+    seen = ((A100[0], 19, "1g.5gb", 4864),)
+    assert _rightsize({"GPU-c": A100}, sm_active=0.05, peak_mib=4000, instances=seen) == {"p-GPU-c": "1g.5gb"}
+    assert _rightsize({"GPU-c": A100}, sm_active=0.05, peak_mib=4100, instances=seen) == {}

@@ -447,3 +447,25 @@ def test_gang_stall_intervals_match_a_brute_force_sweep(gang_property_store, blo
     want = brute_stalls(idle, pending, end=60, min_minutes=10)
     assert [(r.since, r.until) for r in frame.itertuples()] == [(at(a), at(b)) for a, b in want]
     assert list(frame["idle_gpu_hours"]) == pytest.approx([(b - a) * len(idle) / 60 for a, b in want])
+
+
+@pytest.mark.parametrize(("seen", "expected"), [((), None), (((3, 14, "2g.10gb", 2, 2, 9856),), "2g.10gb")])
+def test_mig_mismatch_recommends_no_profile_whose_memory_nobody_reported(seen, expected):
+    """An A100 40GB: no real GPU of its size is in mig.CAPTURED, so a 1g.5gb failing at its limit gets
+    no recommendation (unknown, never a slice fraction) until the store has seen a larger profile's
+    instances, whose own FB total then decides (9856 MiB holds 4.7 GiB x 1.2)."""
+    model, mib = "NVIDIA A100-SXM4-40GB", 2**20
+    devices = [{"node": "n2", "gpu_uuid": "GPU-D", "gpu_model": model, "fb_total_bytes": 40960 * mib}]
+    devices += [{"node": "n2", "gpu_uuid": "GPU-D", "gpu_model": model, "fb_total_bytes": memory * mib, "mig_gi_id": gi,
+                 "mig_profile": name, "mig_profile_id": pid, "mig_placement_start": start, "mig_placement_size": size}
+                for gi, pid, name, start, size, memory in ((7, 19, "1g.5gb", 0, 1, 4864), *seen)]
+    err = ("Error", 1)
+    rows = status("ml", "small", [(0, "Running", 0, None, None), (30, "Running", 1, *err), (60, "Running", 2, *err)])
+    smp = samples(("n2", "GPU-D", 7), "ml", "small", range(0, 90), fb=spikes({20: 4.7 * GIB, 50: 4.7 * GIB}))
+    con = load(devices=devices, samples=smp, pod_status=rows)
+    try:
+        frame = analyses.run(con, "mig_mismatch", **WINDOW)
+    finally:
+        con.close()
+    assert frame["pod"].tolist() == ["small"] and frame["cause"].tolist() == ["gpu_memory"]
+    assert frame["recommended_profile"].where(frame["recommended_profile"].notna(), None).tolist() == [expected]

@@ -18,12 +18,13 @@
 -- the window (a job failing both ways has two rows): the retries of a restartPolicy-Never job, each a new
 -- pod that fails once, add up as the restarts of one pod do. pod = the pod whose device came closest
 -- to its limit (peak / fb_total_bytes), that device the row's; pods = the pods the runs came from.
--- recommended_profile ('gpu_memory' only): the smallest MIG profile (ref_mig_profiles, memory slices
--- first, then compute; 7g and +me excluded, as in rightsizing) larger than the instance whose share of
--- the GPU's memory covers the peak x (1 + $mem_headroom), named for this GPU's memory ("1g.20gb");
--- 'whole GPU' when none does; 'larger GPU' when the pod already has a whole GPU. The GPU's memory is
--- the larger of its whole-GPU row's and what its instances imply (memory / memory share): a MIG-mode
--- parent row may report less. The peak is capped by the device, so the profile is a lower bound.
+-- recommended_profile ('gpu_memory' only): the smallest MIG profile (memory slices first, then compute;
+-- 7g and +me excluded, as in rightsizing) larger than the instance whose instance memory covers the peak
+-- x (1 + $mem_headroom): stg_mig_targets, what the GPUs reported (an H100's 1g.20gb holds 20096 MiB,
+-- not 2/8 of 81559), with NVIDIA's name ("1g.20gb"); 'whole GPU' when every larger profile's memory is
+-- known and none does; NULL (unknown) when none of the known ones does and some is unknown; 'larger
+-- GPU' when the pod already has a whole GPU. The peak is capped by the device, so the profile is a
+-- lower bound.
 -- Burnt = the failed runs' time (crash-loop back-off included: the GPU stays held; runs of several
 -- containers or pods overlapping count once) x each run's pod's GPU share (stg_streams, as chargeback) and
 -- x its price per hour (NULL when a device of any of the pods is unpriced, never $0).
@@ -139,19 +140,32 @@ per_pod AS (
     GROUP BY namespace, group_key, cause
     HAVING count(*) >= $mismatch_min_failures
 ),
-profiles AS (
-    SELECT compute_slices, memory_slices FROM ref_mig_profiles
-    WHERE mig_gpu_share(compute_slices) < 1 AND label NOT LIKE '%+me'
+kinds AS (
+    -- the GPU kind (stg_mig_targets' model and FB total MiB) of each device: its whole GPU's, or the size
+    -- its instances' own FB totals name; none known: no profile is recommended (unknown, not guessed)
+    SELECT DISTINCT d.node, d.gpu_uuid, t.gpu_model, t.gpu_fb_mib
+    FROM sliced d
+    JOIN stg_mig_targets t ON t.gpu_model = d.gpu_model
+     AND (d.mig_gi_id IS NULL AND t.gpu_fb_mib = d.fb_total_bytes // 1048576
+          OR d.mig_gi_id IS NOT NULL AND t.profile_id = d.mig_profile_id AND t.memory_bytes = d.fb_total_bytes)
 ),
 sized AS (
     SELECT p.*, d.node, d.gpu_uuid, d.mig_gi_id, d.mig_profile, d.fb_total_bytes, p.fullest.peak AS peak_fb_used_bytes,
-           (SELECT arg_min(f.compute_slices || 'g.'
-                           || CAST(round(d.gpu_fb_total_bytes * mig_memory_share(f.memory_slices) / 1073741824.0) AS INTEGER)
-                           || 'gb', [f.memory_slices, f.compute_slices])
-            FROM profiles f
-            WHERE f.memory_slices > coalesce(d.instance_slices, 0)
-              AND d.gpu_fb_total_bytes * mig_memory_share(f.memory_slices) >= p.fullest.peak * (1 + $mem_headroom))
+           (SELECT arg_min(t.profile, [t.memory_slices, t.compute_slices])
+            FROM kinds k
+            JOIN stg_mig_targets t ON t.gpu_model = k.gpu_model AND t.gpu_fb_mib = k.gpu_fb_mib
+            WHERE k.node = d.node AND k.gpu_uuid = d.gpu_uuid
+              AND mig_gpu_share(t.compute_slices) < 1 AND t.label NOT LIKE '%+me'
+              AND t.memory_slices > coalesce(d.instance_slices, 0)
+              AND t.memory_bytes >= p.fullest.peak * (1 + $mem_headroom))
                AS fitting_profile,
+           (SELECT count(*) FROM ref_mig_profiles f
+            WHERE mig_gpu_share(f.compute_slices) < 1 AND f.label NOT LIKE '%+me'
+              AND f.memory_slices > coalesce(d.instance_slices, 0)
+              AND NOT EXISTS (SELECT 1 FROM kinds k
+                              JOIN stg_mig_targets t ON t.gpu_model = k.gpu_model AND t.gpu_fb_mib = k.gpu_fb_mib
+                              WHERE k.node = d.node AND k.gpu_uuid = d.gpu_uuid AND t.profile_id = f.profile_id))
+               AS unknown_larger,
            d.gpu_fb_total_bytes
     FROM per_pod p
     JOIN devices d ON d.stream_id = p.fullest.stream_id
@@ -161,8 +175,9 @@ final AS (
            s.mig_profile, s.failed_runs, s.peak_fb_used_bytes, s.fb_total_bytes, s.cause,
            CASE WHEN s.cause = 'host_memory' THEN NULL
                 WHEN s.mig_gi_id IS NULL THEN 'larger GPU'
-                WHEN s.gpu_fb_total_bytes IS NULL THEN NULL
-                ELSE coalesce(s.fitting_profile, 'whole GPU') END AS recommended_profile,
+                WHEN s.fitting_profile IS NOT NULL THEN s.fitting_profile
+                WHEN s.gpu_fb_total_bytes IS NULL OR s.unknown_larger > 0 THEN NULL
+                ELSE 'whole GPU' END AS recommended_profile,
            s.gpu_hours_burnt, s.usd_burnt, s.first_failure, s.last_failure, s.job, s.pods
     FROM sized s
     LEFT JOIN pod_rates r USING (namespace, pod)

@@ -2,9 +2,11 @@
 -- params: $start, $end (timestamps, window [start, end)), $mem_headroom (ratio), $compute_quantile (ratio), $min_observed_seconds (seconds), $hours_per_month (hours)
 -- columns: namespace, pod, team, node, gpu_model, gpu_count, peak_fb_used_bytes, sm_active_quantile, profile, profile_id, current_usd_per_hour, target_usd_per_hour, monthly_savings_usd, observed_seconds
 -- Candidate = a pod on whole, unshared GPUs with known SM activity and at least $min_observed_seconds
--- observed. Target = the smallest MIG profile (docs/architecture.md#mig-placement table, 7g excluded: no saving) whose memory
--- (its memory slices / 8 of the GPU) covers the pod's peak fb_used_bytes x (1 + $mem_headroom) and
--- whose compute (slices / 7) covers the $compute_quantile quantile of its SM activity.
+-- observed. Target = the smallest MIG profile (docs/architecture.md#mig-placement table, 7g excluded: no saving) whose
+-- instance memory covers the pod's peak fb_used_bytes x (1 + $mem_headroom) and whose compute covers the
+-- $compute_quantile quantile of its SM activity: stg_mig_targets' memory and compute share, what the GPUs
+-- reported, never a slice fraction (an H100's 1g.10gb holds 9984 MiB and 16 of 132 SMs, not 1/8 and
+-- 1/7); a profile whose instance memory is unknown is not offered.
 -- Priced like chargeback: a "<model>/<profile>" price row, else the GPU price x compute slices / 7.
 -- Only GPUs of a MIG-capable model (mig_capable, from gpuwatch/mig.py) are candidates: an L40S or an
 -- unknown model is never offered a MIG profile.
@@ -40,13 +42,21 @@ per_pod AS (
     JOIN whole_streams w USING (stream_id)
     GROUP BY w.namespace, w.pod
 ),
+targets AS (
+    -- per whole GPU kind the smaller profiles whose instance memory is known (stg_mig_targets)
+    SELECT t.*, g.fb_total_bytes
+    FROM (SELECT DISTINCT gpu_model, fb_total_bytes FROM per_pod) g
+    JOIN stg_mig_targets t ON t.gpu_model = g.gpu_model AND t.gpu_fb_mib = g.fb_total_bytes // 1048576
+    WHERE t.profile_id IN (SELECT profile_id FROM profiles)
+),
 eligible AS (
     -- only whole, unshared GPUs observed long enough, whose peak memory some profile holds, need their SM
     -- activity quantile (a scan of their rows): a pod no profile's memory fits has no target whatever it computes
     SELECT * FROM per_pod e
     WHERE gpu_share >= 1.0 AND observed_seconds >= $min_observed_seconds AND mig_capable(gpu_model)
-      AND EXISTS (SELECT 1 FROM profiles p
-                  WHERE e.fb_total_bytes * mig_memory_share(p.memory_slices) >= e.peak_fb_used_bytes * (1 + $mem_headroom))
+      AND EXISTS (SELECT 1 FROM targets t
+                  WHERE t.gpu_model = e.gpu_model AND t.fb_total_bytes = e.fb_total_bytes
+                    AND t.memory_bytes >= e.peak_fb_used_bytes * (1 + $mem_headroom))
 ),
 quantiles AS (
     SELECT w.pod_id, quantile_cont(r.effective, $compute_quantile) AS sm_active_quantile
@@ -62,14 +72,13 @@ candidates AS (
     WHERE q.sm_active_quantile IS NOT NULL
 ),
 fits AS (
-    SELECT c.*, p.profile_id, p.compute_slices, p.memory_slices,
-           p.compute_slices || 'g.' || CAST(round(c.fb_total_bytes * mig_memory_share(p.memory_slices) / 1073741824.0) AS INTEGER) || 'gb'
-               AS profile,
-           row_number() OVER (PARTITION BY c.namespace, c.pod ORDER BY p.compute_slices, p.memory_slices) AS rank
+    SELECT c.*, t.profile_id, t.compute_slices, t.memory_slices, t.profile,
+           row_number() OVER (PARTITION BY c.namespace, c.pod ORDER BY t.compute_slices, t.memory_slices) AS rank
     FROM candidates c
-    JOIN profiles p
-      ON c.fb_total_bytes * mig_memory_share(p.memory_slices) >= c.peak_fb_used_bytes * (1 + $mem_headroom)
-     AND mig_gpu_share(p.compute_slices) >= c.sm_active_quantile
+    JOIN targets t
+      ON t.gpu_model = c.gpu_model AND t.fb_total_bytes = c.fb_total_bytes
+     AND t.memory_bytes >= c.peak_fb_used_bytes * (1 + $mem_headroom)
+     AND t.compute_share >= c.sm_active_quantile
 ),
 priced AS (
     SELECT f.*, f.devices * coalesce(price_on(f.node, model_key(f.gpu_model || '/' || f.profile)).usd,

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from gpuwatch import mig
 from gpuwatch.fleet import lifecycle, topology_plant
 from gpuwatch.fleet.catalog import (
     COST_CENTERS,
@@ -25,6 +26,7 @@ from gpuwatch.fleet.catalog import (
 )
 from gpuwatch.fleet.failures import inject
 from gpuwatch.model import Device, Pod
+from gpuwatch.units import MIB
 
 
 def build_fleet(*, gpus: int = 64, seed: int = 0, start: float = DEFAULT_START, days: float = 7.0,
@@ -117,7 +119,7 @@ class _Builder:
             name, _compute, size = MIG_PROFILES[profile_id]
             gi = _next_gi_id(profile_id, used_ids)
             inst = Device(node=gpu.node, gpu_uuid=gpu.gpu_uuid, gpu_index=gpu.gpu_index, gpu_model=gpu.gpu_model,
-                          fb_total_bytes=gpu.fb_total_bytes * size // 8, pci_bus_id=gpu.pci_bus_id,
+                          fb_total_bytes=_instance_bytes(gpu, profile_id), pci_bus_id=gpu.pci_bus_id,
                           mig_gi_id=gi, mig_profile=name, mig_profile_id=profile_id,
                           mig_placement_start=start, mig_placement_size=size,
                           mig_uuid=f"MIG-{uid(self.seed, gpu.gpu_uuid, gi)}",
@@ -211,6 +213,15 @@ class _Builder:
                  share: float = 1.0, fb_frac: float = 0.0, profiling: bool = True, multi_gpu: bool = False) -> None:
         self.segments.append(Segment(device=device, pod=pod, start=start, end=end, behavior=behavior, kind=kind,
                                      share=share, fb_frac=fb_frac, profiling=profiling, multi_gpu=multi_gpu))
+
+
+def _instance_bytes(gpu: Device, profile_id: int) -> int:
+    """A MIG instance's memory as real GPUs of this size reported it (mig.CAPTURED), else its memory
+    slices' share of the GPU (a simulated model nobody captured)."""
+    captured = mig.captured_profiles(gpu.fb_total_bytes)
+    if captured is not None and captured.instance_mib(profile_id):
+        return captured.instance_mib(profile_id) * MIB
+    return gpu.fb_total_bytes * mig.PROFILES[profile_id].size // mig.MEMORY_SLICES
 
 
 def _next_gi_id(profile_id: int, used: dict[int, int]) -> int:

@@ -120,13 +120,19 @@ def _old_staging(con: Any) -> bool:
 
 
 def write_mig_reference(con: Any) -> None:
-    """MIG geometry as SQL, from gpuwatch.mig (the one place it is declared): ref_mig_profiles and the
+    """MIG geometry as SQL, from gpuwatch.mig (the one place it is declared): ref_mig_profiles, what real
+    GPUs reported per profile (ref_mig_captured: instance memory, SMs, name by the GPU's MiB) and the
     macros mig_gpu_share(compute slices), mig_memory_share(memory slices) and mig_capable(model) that
     staging and the analyses use."""
     con.execute("CREATE OR REPLACE TABLE ref_mig_profiles (profile_id INTEGER PRIMARY KEY, label VARCHAR, "
                 "compute_slices INTEGER, memory_slices INTEGER, max_count INTEGER)")
     con.executemany("INSERT INTO ref_mig_profiles VALUES (?, ?, ?, ?, ?)",
                     [(p.id, p.label, p.compute_slices, p.size, p.max_count) for p in mig.PROFILES.values()])
+    con.execute("CREATE OR REPLACE TABLE ref_mig_captured (gpu_fb_mib BIGINT, profile_id INTEGER, "
+                "memory_mib BIGINT, sms INTEGER, gpu_sms INTEGER, name VARCHAR, PRIMARY KEY (gpu_fb_mib, profile_id))")
+    con.executemany("INSERT INTO ref_mig_captured VALUES (?, ?, ?, ?, ?, ?)",
+                    [(fb, pid, mib, c.sms.get(pid), c.gpu_sms, c.names.get(pid))
+                     for fb, c in mig.CAPTURED.items() for pid in mig.PROFILES if (mib := c.instance_mib(pid))])
     # the slice counts are the code's own constants, not data: formatting them into the macro is safe
     con.execute(f"CREATE OR REPLACE MACRO mig_gpu_share(slices) AS slices / {float(mig.COMPUTE_SLICES)}")
     con.execute(f"CREATE OR REPLACE MACRO mig_memory_share(slices) AS slices / {float(mig.MEMORY_SLICES)}")

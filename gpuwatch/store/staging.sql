@@ -104,6 +104,38 @@ final AS (
 )
 SELECT * FROM final;
 
+-- MIG profiles a pod may be offered, per kind of GPU (model, FB total MiB) in the store, with what an
+-- instance of each holds: its memory as the GPUs said, never a slice fraction (docs/architecture.md#mig-placement):
+-- the smallest FB total of that profile's instances of the model in the store, else what a real GPU of
+-- that size reported (ref_mig_captured, gpuwatch/mig.py); a profile with neither is left out. Kinds: the
+-- whole GPUs' FB totals, and the size a MIG instance's own FB total names (9984 MiB on a 1g.10gb: an
+-- 81559 MiB H100). compute_share = the instance's SMs / the GPU's where captured, else slices / 7.
+CREATE OR REPLACE VIEW stg_mig_targets AS
+WITH instances AS (
+    SELECT gpu_model, mig_profile_id AS profile_id, min(fb_total_bytes) AS memory_bytes, min(mig_profile) AS name
+    FROM stg_devices
+    WHERE mig_gi_id IS NOT NULL AND mig_profile_id IS NOT NULL AND fb_total_bytes > 0
+    GROUP BY ALL
+),
+kinds AS (
+    SELECT DISTINCT gpu_model, fb_total_bytes // 1048576 AS gpu_fb_mib
+    FROM stg_devices WHERE mig_gi_id IS NULL AND fb_total_bytes > 0
+    UNION
+    SELECT DISTINCT d.gpu_model, r.gpu_fb_mib
+    FROM stg_devices d
+    JOIN ref_mig_captured r ON r.profile_id = d.mig_profile_id AND r.memory_mib * 1048576 = d.fb_total_bytes
+)
+SELECT k.gpu_model, k.gpu_fb_mib, p.profile_id, p.label, p.compute_slices, p.memory_slices,
+       coalesce(i.memory_bytes, r.memory_mib * 1048576) AS memory_bytes,
+       coalesce(r.sms / r.gpu_sms, mig_gpu_share(p.compute_slices)) AS compute_share,
+       coalesce(i.name, r.name, p.compute_slices || 'g.'
+           || CAST(round(k.gpu_fb_mib * mig_memory_share(p.memory_slices) / 1024.0) AS INTEGER) || 'gb') AS profile
+FROM kinds k
+CROSS JOIN ref_mig_profiles p
+LEFT JOIN instances i ON i.gpu_model = k.gpu_model AND i.profile_id = p.profile_id
+LEFT JOIN ref_mig_captured r ON r.gpu_fb_mib = k.gpu_fb_mib AND r.profile_id = p.profile_id
+WHERE coalesce(i.memory_bytes, r.memory_mib) IS NOT NULL;
+
 -- Physical GPUs: one row per (node, gpu_uuid), its model (the whole-GPU row's: an instance row naming
 -- another model does not reprice it) and price per GPU-hour (NULL = unpriced); the fleet every
 -- page counts and prices (chargeback's fleet cost, Fleet's GPUs and cost per bucket).
