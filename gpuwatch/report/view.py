@@ -194,7 +194,8 @@ def _findings(data, *, team: str | None) -> dict:
             ("mean_reported", "Reported", True), ("mean_effective", "Effective", True),
             ("false_util_cost_usd", "Cost", True))],
         "mig": mig.to_dict("records"), "mig_total": _mig_total(mig),
-        "recommendations": recs.head(2 * TOP).to_dict("records"),
+        # a fleet-level action (a MIG repack) belongs to no team: a dash, not "nan"
+        "recommendations": recs.head(2 * TOP).assign(team=lambda f: f["team"].fillna("—")).to_dict("records"),
         "savings": recommendations.totals(recs)["savings"], "at_stake": recommendations.totals(recs)["at_stake"],
         "reclaim": reclaim.to_dict("records"), "reclaim_summary": _reclaim_summary(reclaim),
         "failures": health.failure_rows(data.frames, team=team,
