@@ -222,3 +222,6 @@ def test_rightsizing_offers_no_profile_whose_instance_memory_nobody_reported():
     seen = ((A100[0], 19, "1g.5gb", 4864),)
     assert _rightsize({"GPU-c": A100}, sm_active=0.05, peak_mib=4000, instances=seen) == {"p-GPU-c": "1g.5gb"}
     assert _rightsize({"GPU-c": A100}, sm_active=0.05, peak_mib=4100, instances=seen) == {}
+    # an instance row claiming more than its slices' fraction of the GPU (40960 / 8 MiB) is not believed
+    bogus = ((A100[0], 19, "1g.5gb", 10**9),)
+    assert _rightsize({"GPU-c": A100}, sm_active=0.05, peak_mib=4400, instances=bogus) == {}

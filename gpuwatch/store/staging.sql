@@ -126,7 +126,10 @@ kinds AS (
     JOIN ref_mig_captured r ON r.profile_id = d.mig_profile_id AND r.memory_mib * 1048576 = d.fb_total_bytes
 )
 SELECT k.gpu_model, k.gpu_fb_mib, p.profile_id, p.label, p.compute_slices, p.memory_slices,
-       coalesce(i.memory_bytes, r.memory_mib * 1048576) AS memory_bytes,
+       -- never more than the slices' fraction of the GPU, an upper bound on every GPU captured (an
+       -- instance row claiming more is not believed)
+       least(coalesce(i.memory_bytes, r.memory_mib * 1048576),
+             k.gpu_fb_mib * 1048576 * mig_memory_share(p.memory_slices)) AS memory_bytes,
        coalesce(r.sms / r.gpu_sms, mig_gpu_share(p.compute_slices)) AS compute_share,
        coalesce(i.name, r.name, p.compute_slices || 'g.'
            || CAST(round(k.gpu_fb_mib * mig_memory_share(p.memory_slices) / 1024.0) AS INTEGER) || 'gb') AS profile
