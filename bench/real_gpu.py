@@ -1,6 +1,7 @@
 """Takes the real-GPU captures of tests/fixtures/real/ on a machine with an NVIDIA GPU (read-only).
 
     python bench/real_gpu.py capture OUT [--seconds 25]
+    python bench/real_gpu.py share OUT [--seconds 20]     # two processes sharing the GPU (PAIRS)
 
 What it does, in order, each part on its own (a failing part is written down and the rest goes on):
 
@@ -405,6 +406,39 @@ def capture(out: Path, seconds: float) -> None:
     (out / "capture-log.json").write_text(json.dumps(log, indent=1))
 
 
+# Two processes on the one GPU at once (time-slicing, as two pods sharing a GPU would): what NVML's
+# per-process utilization says for each, beside the device's.
+PAIRS = (("matmul", "matmul"), ("matmul", "spin"), ("memcopy", "spin"))
+
+
+def share(out: Path, seconds: float) -> None:
+    """``OUT/share.jsonl``: one line per second per pair, the raw payload and the workers' PIDs."""
+    import pynvml
+
+    from gpuwatch.sources import nvml as source
+    out.mkdir(parents=True, exist_ok=True)
+    pynvml.nvmlInit()
+    try:
+        with (out / "share.jsonl").open("w") as f:
+            for pair in PAIRS:
+                state = source.ReadState()
+                workers = [subprocess.Popen([sys.executable, __file__, "load", load, str(seconds)],
+                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for load in pair]
+                ready = [w.stdout.readline().strip() for w in workers]
+                deadline = time.time() + seconds
+                while time.time() < deadline and all(w.poll() is None for w in workers):
+                    t0 = time.time()
+                    payload = source.read(pynvml, state, profiling=True, now=t0)
+                    f.write(json.dumps({"t": t0, "pair": list(pair), "pids": [w.pid for w in workers],
+                                        "ready": ready, "raw": payload}) + "\n")
+                    time.sleep(max(0.0, 1.0 - (time.time() - t0)))
+                for w in workers:
+                    w.communicate(timeout=seconds + 120)
+                time.sleep(3)
+    finally:
+        pynvml.nvmlShutdown()
+
+
 def _facts(out: Path, pynvml) -> None:
     from gpuwatch.sources import nvml_topology
     pynvml.nvmlInit()
@@ -421,12 +455,17 @@ def main() -> None:
     c = sub.add_parser("capture")
     c.add_argument("out", type=Path)
     c.add_argument("--seconds", type=float, default=25.0)
+    p = sub.add_parser("share")
+    p.add_argument("out", type=Path)
+    p.add_argument("--seconds", type=float, default=20.0)
     w = sub.add_parser("load")
     w.add_argument("name", choices=LOADS)
     w.add_argument("seconds", type=float)
     args = parser.parse_args()
     if args.command == "capture":
         capture(args.out, args.seconds)
+    elif args.command == "share":
+        share(args.out, args.seconds)
     else:
         work(args.name, args.seconds)
 
