@@ -317,8 +317,8 @@ def test_false_utilization_judges_no_time_sliced_sharer_on_its_neighbours_work()
     """Where two pods time-share a GPU, each pod's own GPU_UTIL (gpuwatch's per-process series) is its
     time share and SM activity is the device's, both pods' together (NVML has no per-process SM
     activity): a spin kernel beside a matmul is not flagged (a limitation: its waste hides in the
-    neighbour's work), and no busy sharer is flagged for the spinner's idle SMs. Rows as ingest folds
-    them (docs: Compatibility profiles)."""
+    neighbour's work, README Caveats), and the busy sharers are not flagged for the spinner's idle SMs.
+    Rows as ingest folds them (ingest/promframes_shared.py lends the device's SM activity)."""
     rows = []
     for r in shared_reads():
         gpu = r["raw"]["gpus"][0]
