@@ -4,7 +4,8 @@ the same (ts, device, pod) rows (gpuwatch.ingest.promframes_shared).
 The simulated fleet at a time when pods time-slice GPUs on gpu-node-004 is rendered in each profile
 (``render_at``, what ``gpuwatch export --compat PROFILE`` serves) and read back with the ``.prom``
 reader: each pod holding a device gets one row in every profile; device-wide fields (power,
-temperature-like fields, SM activity) are the device's on every sharer's row; per-process fields are
+temperature-like fields) are the device's on every sharer's row, profiling fields (SM, tensor, DRAM
+activity, NVLink traffic: the sharers' work together) are unknown on them; per-process fields are
 each pod's own share in gpuwatch's profile and the device's value in the dcgm-exporter ones (which
 cannot tell the sharers apart); no device-level row is left beside its pods.
 """
@@ -80,3 +81,21 @@ def test_the_two_naming_generations_load_the_same_values(loaded):
     a, b = loaded["dcgm-exporter-4.8"], loaded["dcgm-exporter-4.9"]
     columns = [c for c in a.columns if c not in ("ts",) and pd.api.types.is_float_dtype(a[c])]
     pd.testing.assert_frame_equal(a[columns], b[columns], check_dtype=False, rtol=1e-9)
+
+
+def test_profiling_fields_are_unknown_on_a_shared_devices_rows_and_kept_on_a_pod_alone(fleet, loaded):
+    """SM activity on a device several pods hold is their work together, no pod's (a spin kernel beside a
+    matmul reads the matmul's on a real H100, tests/test_real_h100.py): unknown on each sharer's row in
+    every profile, so staging judges no sharer by its neighbour; a pod alone on its GPU keeps the device's."""
+    from gpuwatch.ingest.promframes_shared import ACTIVITY
+
+    readings = {r.device.gpu_uuid: r.values for r in SimulatedSource(fleet, node=NODE).read(T).readings}
+    holders = _holders(fleet)
+    alone = [uuid for uuid, pods in holders.items() if len(pods) == 1 and 1002 in readings[uuid]]
+    assert alone and any(len(pods) > 1 for pods in holders.values())
+    for profile, samples in loaded.items():
+        for (uuid, _pod), row in samples.iterrows():
+            if len(holders[uuid]) > 1:
+                assert row[list(ACTIVITY)].isna().all(), (profile, uuid)
+            elif uuid in alone:
+                assert row["sm_active"] == pytest.approx(readings[uuid][1002]), (profile, uuid)

@@ -313,12 +313,12 @@ def test_time_sliced_processes_read_their_time_share_not_their_work():
     assert 20 <= statistics.mean(spin) <= 80 and all(39 < sm < 42 for sm in device_sm)
 
 
-def test_false_utilization_judges_no_time_sliced_sharer_on_its_neighbours_work():
+def test_false_utilization_judges_no_time_sliced_sharer_by_its_neighbours_work():
     """Where two pods time-share a GPU, each pod's own GPU_UTIL (gpuwatch's per-process series) is its
-    time share and SM activity is the device's, both pods' together (NVML has no per-process SM
-    activity): a spin kernel beside a matmul is not flagged (a limitation: its waste hides in the
-    neighbour's work, README Caveats), and the busy sharers are not flagged for the spinner's idle SMs.
-    Rows as ingest folds them (ingest/promframes_shared.py lends the device's SM activity)."""
+    time share, and SM activity is the device's, both pods' work together (NVML has no per-process SM
+    activity): ingest leaves it unknown on the sharers' rows (ingest/promframes_shared.py), so no sharer
+    is judged false or fine by its neighbour's work — the spin kernel beside a matmul would read the
+    matmul's 0.405 — and each is reported as not judged (effective_known false)."""
     rows = []
     for r in shared_reads():
         gpu = r["raw"]["gpus"][0]
@@ -326,7 +326,7 @@ def test_false_utilization_judges_no_time_sliced_sharer_on_its_neighbours_work()
             if util is not None:
                 rows.append({"ts": pd.Timestamp(r["t"], unit="s").floor("s"), "node": NODE, "gpu_uuid": gpu["uuid"],
                              "namespace": "gpu-lab", "pod": f"{'+'.join(r['pair'])}/{n}-{load}",
-                             "gpu_util": util / 100, "sm_active": gpu["gpm"]["sm_util"] / 100})
+                             "gpu_util": util / 100, "sm_active": None})  # as ingest folds a shared device
     samples = pd.DataFrame(rows).drop_duplicates(["ts", "pod"])
     pods = pd.DataFrame([{"namespace": "gpu-lab", "pod": pod, "node": NODE, "gpu_resource": "nvidia.com/gpu",
                           "gpu_count": 0.5, "device_ids": samples["gpu_uuid"].iat[0], "start_ts": samples["ts"].min()}
@@ -340,7 +340,5 @@ def test_false_utilization_judges_no_time_sliced_sharer_on_its_neighbours_work()
         found = analyses.run(con, "false_utilization", **params(start.to_pydatetime(), end.to_pydatetime()))
     finally:
         con.close()
-    assert len(found) == 6 and found["effective_known"].all()
-    assert not found["offender"].any()
-    spin = found.set_index("pod").loc["matmul+spin/1-spin"]
-    assert spin["mean_effective"] == pytest.approx(0.405, abs=0.01) and spin["false_share"] == 0
+    assert len(found) == 6 and not found["effective_known"].any() and not found["offender"].any()
+    assert found["false_share"].isna().all() and found["judged_gpu_hours"].eq(0).all()

@@ -15,16 +15,21 @@ a device-level row (no pod) lends its values to the pod rows' missing fields and
 remainder is nobody's: that is the unattributed part of a shared GPU); and the pods that
 ``gpuwatch_gpu_allocation_info`` lists as holding the device at that instant but that have no row
 get the device-level values — from the device-level row, or, in the one-pod shape, from the one
-pod row there is. Without ``gpuwatch_gpu_allocation_info`` (plain dcgm-exporter) the rows stay as
-served. Pure pandas, no I/O.
+pod row there is. Profiling fields (SM, tensor and DRAM activity, NVLink traffic) are then
+unknown on the rows of a device several pods hold at that instant: they are the pods' work together,
+no one pod's (NVML and DCGM have no per-process activity). Without ``gpuwatch_gpu_allocation_info``
+(plain dcgm-exporter) the rows stay as served. Pure pandas, no I/O.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from gpuwatch import fields
 from gpuwatch.ingest.series import Series, device_of, workload_of
 
+# the samples columns of profiling fields: one value per device, whatever the pods on it do
+ACTIVITY = tuple(f.column for f in fields.FIELDS if f.profiling and f.column)
 DEVICE = ["node", "gpu_uuid", "mig_gi_id"]
 AT = ["ts", *DEVICE]
 POD = ["namespace", "pod", "container"]
@@ -74,7 +79,25 @@ def fold(samples, alloc, metrics: list[str]):
     kept_device = device_rows.merge(held, on=AT, how="left", indicator=True)
     kept_device = kept_device[kept_device["_merge"] == "left_only"].drop(columns="_merge")
     out = pd.concat([rest, filled, missing, kept_device], ignore_index=True)
-    return out[list(samples.columns)]
+    who = [*AT, "namespace", "pod"]
+    return _unknown_activity(out[list(samples.columns)], pd.concat([pod_rows[who], alloc[who]]))
+
+
+def _unknown_activity(out, holders):
+    """Profiling fields (SM, tensor, DRAM activity, NVLink traffic) are the device's, both pods' work
+    together: on the rows of a device several pods hold at that instant they are no pod's, so unknown
+    (NaN), never the neighbour's (a one-SM spin kernel beside a matmul reads the matmul's 0.4 on a real
+    H100, tests/test_real_h100.py). A pod alone on its device keeps them."""
+
+    columns = [c for c in ACTIVITY if c in out.columns]
+    count = holders.astype({"mig_gi_id": "Int64"}).drop_duplicates().groupby(AT, dropna=False).size()
+    several = count[count > 1].reset_index()[AT]
+    if several.empty or not columns:
+        return out
+    hit = out[AT].astype({"mig_gi_id": "Int64"}).merge(several.assign(_several=True), on=AT, how="left")["_several"]
+    mask = hit.fillna(False).astype(bool).to_numpy() & out["pod"].notna().to_numpy()
+    out.loc[mask, columns] = float("nan")
+    return out
 
 
 def _shared_devices(samples, alloc):
