@@ -88,7 +88,6 @@ def _unknown_activity(out, holders):
     together: on the rows of a device several pods hold at that instant they are no pod's, so unknown
     (NaN), never the neighbour's (a one-SM spin kernel beside a matmul reads the matmul's 0.4 on a real
     H100, tests/test_real_h100.py). A pod alone on its device keeps them."""
-
     columns = [c for c in ACTIVITY if c in out.columns]
     count = holders.astype({"mig_gi_id": "Int64"}).drop_duplicates().groupby(AT, dropna=False).size()
     several = count[count > 1].reset_index()[AT]
