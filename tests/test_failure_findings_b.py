@@ -394,6 +394,26 @@ def test_gang_stall_judges_the_blind_job_once_its_sm_activity_is_known():
     assert blind["job_median_sm_active"].iloc[0] == pytest.approx(0.9)
 
 
+def test_a_straggler_sampled_faster_than_its_job_is_judged_on_its_bucket_means():
+    # two devices sampled each minute, one every 30 s: the job's buckets are a minute long, and the fast
+    # device's two readings in a bucket (0.2 and 0.4 from minute 20 to 60) are one device at 0.3, not two
+    pods, smp, rows = [], [], []
+    for i in range(3):
+        pods.append(holder("train", f"mix-{i}", [i]))
+        rows += status("train", f"mix-{i}", [(0, "Running", 0, None, None)], job="mix", gpu_request=1)
+    for i in (0, 1):
+        smp += on([i], "train", f"mix-{i}", range(0, 120), util=lambda m: 0.9, sm=lambda m: 0.8)
+    halves = [m / 2 for m in range(0, 240)]
+    smp += on([2], "train", "mix-2", halves, util=lambda m: 0.9,
+              sm=lambda m: (0.2 if m % 1 == 0 else 0.4) if 20 <= m < 60 else 0.8)
+    frame = analyses.run(load(devices=whole_gpus("n2", 3), pods=pods, samples=smp, pod_status=rows, prices=PRICES),
+                         "gang_stall", **WINDOW)
+    assert _records(frame, ("kind", "pod", "since", "until", "seconds", "pods_holding")) == [
+        {"kind": "straggler", "pod": "mix-2", "since": at(20), "until": at(60), "seconds": 2400.0, "pods_holding": 3}]
+    assert frame["sm_active"].iloc[0] == pytest.approx(0.3)
+    assert frame["job_median_sm_active"].iloc[0] == pytest.approx(0.8)
+
+
 # --- gang_stall intervals, against a minute-by-minute brute force -------------------------------------
 
 def brute_stalls(idle: list[list[bool]], pending: list[tuple[int, int | None]], *, end: int,

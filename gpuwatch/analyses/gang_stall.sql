@@ -194,19 +194,28 @@ stream_jobs AS MATERIALIZED (
     JOIN job_steps t USING (job_id)
     SEMI JOIN multi_device_jobs USING (job_id)
 ),
-stream_buckets AS MATERIALIZED (
-    -- grouped by the stream alone (the job and its step follow from it)
-    SELECT r.stream_id, CAST(floor((epoch(r.ts) - epoch($start::TIMESTAMP)) / s.step_seconds) AS BIGINT) AS bucket,
-           CASE WHEN count(r.effective) = count(*) THEN exact_avg(r.effective) END AS sm_active,
-           bool_and(NOT is_idle(r.reported, r.effective, $idle_below)) AS busy
+job_rows AS (
+    -- a row alone in its bucket (its neighbours a step or more away) is its stream's bucket as it is;
+    -- only the others are grouped (the job and its step follow from the stream)
+    SELECT r.stream_id, s.job_id, s.step_seconds,
+           CAST(floor((epoch(r.ts) - epoch($start::TIMESTAMP)) / s.step_seconds) AS BIGINT) AS bucket,
+           r.reported, r.effective,
+           coalesce(r.dt_seconds >= s.step_seconds, TRUE) AND coalesce(r.next_dt_seconds >= s.step_seconds, TRUE)
+               AS alone
     FROM stg_series_rows($start, $end) r
     JOIN stream_jobs s USING (stream_id)
-    GROUP BY r.stream_id, bucket
 ),
 buckets AS MATERIALIZED (
-    SELECT s.job_id, b.stream_id, s.step_seconds, b.bucket, b.sm_active, b.busy
-    FROM stream_buckets b
-    JOIN stream_jobs s USING (stream_id)
+    SELECT job_id, stream_id, step_seconds, bucket,
+           CAST(CAST(effective AS DECIMAL(38, 12)) AS DOUBLE) AS sm_active,  -- exact_avg of one value
+           NOT is_idle(reported, effective, $idle_below) AS busy
+    FROM job_rows WHERE alone
+    UNION ALL
+    SELECT job_id, stream_id, any_value(step_seconds), bucket,
+           CASE WHEN count(effective) = count(*) THEN exact_avg(effective) END,
+           bool_and(NOT is_idle(reported, effective, $idle_below))
+    FROM job_rows WHERE NOT alone
+    GROUP BY job_id, stream_id, bucket
 ),
 bucket_spread AS MATERIALIZED (
     -- a device can lag only where the job's devices spread by at least the gap (the median lies
@@ -295,4 +304,5 @@ stragglers AS (
 final AS (
     SELECT * FROM partial UNION ALL BY NAME SELECT * FROM stragglers
 )
-SELECT * FROM final ORDER BY kind, round(usd_held_idle, 6) DESC NULLS LAST, namespace, job, since, pod
+SELECT * FROM final
+ORDER BY kind, round(usd_held_idle, 6) DESC NULLS LAST, namespace, job, since, pod, gpu_uuid, mig_gi_id, until
