@@ -70,16 +70,21 @@ def run(con: Any, name: str, **params: Any):
     recomputed; the finisher runs either way.
     """
 
-    text, used = sql(name), body_params(name)
-    bound = {k: v for k, v in params.items() if k in used}
-    frame = persisted.load(con, name, text, bound)
-    if frame is None:
-        frame = con.execute(text, bound).df()
+    frame = sql_frame(con, name, **params)
     try:
         module = importlib.import_module(f"{__package__}.{name}")
     except ModuleNotFoundError:
         return frame
     return module.finish(con, frame, params)
+
+
+def sql_frame(con: Any, name: str, **params: Any):
+    """The SQL part of analysis ``name`` over ``params`` (the stored copy when ``persist`` stored this
+    exact one), before any finisher."""
+    text, used = sql(name), body_params(name)
+    bound = {k: v for k, v in params.items() if k in used}
+    frame = persisted.load(con, name, text, bound)
+    return con.execute(text, bound).df() if frame is None else frame
 
 
 # What ``persist`` stores by default: the scans the app's pages and the weekly report start from,
@@ -88,6 +93,8 @@ PERSISTED: dict[str, tuple[dict[str, Any], ...]] = {
     "data_coverage": ({},), "chargeback": ({},), "idle_hoarding": ({},), "false_utilization": ({},),
     "utilization": ({},), "rightsizing": ({},), "mig_fragmentation": ({},), "mig_layout": ({},),
     "fleet_timeseries": ({"bucket_seconds": 3600}, {"bucket_seconds": 86400}),
+    # the free GPUs per node and bucket: schedulable_capacity's finisher and blocked_demand's both read it
+    "schedulable_capacity": ({},),
 }
 
 

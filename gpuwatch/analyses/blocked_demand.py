@@ -1,7 +1,8 @@
 """Blocked demand finisher: each pending pod judged per capacity bucket against its pool's free GPUs.
 
-The free whole GPUs per node and bucket come from schedulable_capacity.sql (one allocation history
-for both findings) over the buckets the pods waited in, on the window's bucket grid. Per pod:
+The free whole GPUs per node and bucket come from schedulable_capacity.sql over the window, on its
+bucket grid: the very records the schedulable_capacity finding reads (one allocation history for both
+findings; ``gpuwatch analyze`` stores them once, analyses.PERSISTED). Per pod:
 
 - pool: the nodes whose labels match its node selector (a key matches as written or as
   kube-state-metrics sanitizes it, ``nvidia.com/gpu.product`` -> ``nvidia_com_gpu_product``); every
@@ -45,7 +46,7 @@ def finish(con: Any, frame: pd.DataFrame, params: dict) -> pd.DataFrame:
     pending = node_layouts.records(frame, "pending")
     if not len(pending):
         return _typed(pd.DataFrame(columns=list(COLUMNS)))
-    grid = Grid(con, frame, pending, params)
+    grid = Grid(con, frame, params)
     waits = [_wait(r) for r in pending.to_dict("records")]
     rows = [grid.judge(w, waits, params) for w in waits]
     return _typed(pd.DataFrame(rows, columns=list(COLUMNS)))
@@ -72,20 +73,17 @@ def _naive(t: Any) -> pd.Timestamp:
 
 
 class Grid:
-    """Free GPUs per bucket x node over the pending pods' waits, and the pool of each pod."""
+    """Free GPUs per bucket x node over the window, and the pool of each pod."""
 
-    def __init__(self, con: Any, frame: pd.DataFrame, pending: pd.DataFrame, params: dict):
+    def __init__(self, con: Any, frame: pd.DataFrame, params: dict):
         from gpuwatch import analyses
 
         self.con, self.seconds = con, float(params["capacity_bucket_seconds"])
         step = pd.Timedelta(seconds=self.seconds)
-        window = _naive(params["start"])
-        first = pd.Timestamp(pending["pending_from"].min())
-        self.start = window + step * math.floor((first - window) / step)
-        end = pd.Timestamp(pending["pending_until"].max())
-        self.records = con.execute(analyses.sql("schedulable_capacity"),
-                                   {"start": self.start.to_pydatetime(), "end": end.to_pydatetime(),
-                                    "capacity_bucket_seconds": self.seconds}).df()
+        # the window's grid, as the schedulable_capacity finding has it (the same records, stored once)
+        self.start = _naive(params["start"])
+        end = _naive(params["end"])
+        self.records = analyses.sql_frame(con, "schedulable_capacity", **params)
         self.layouts = node_layouts.nodes(self.records)
         free = node_layouts.records(self.records, "free")
         nodes = node_layouts.records(frame, "node")

@@ -61,33 +61,53 @@ def records(frame: pd.DataFrame, kind: str) -> pd.DataFrame:
 
 
 def nodes(frame: pd.DataFrame) -> dict[str, Node]:
-    """One ``Node`` per node with whole GPUs, from the frame's gpu and link records."""
+    """One ``Node`` per node with whole GPUs, from the frame's gpu and link records (plain lists: a
+    fleet's records are thousands of rows, read once)."""
     gpus = records(frame, "gpu").sort_values(["node", "position"])
+    column = {name: gpus[name].tolist() for name in ("node", "position", "gpu_uuid", "numa_node", "gpu_index",
+                                                     "gpu_model")}
+    clique = gpus["nvlink_clique"].tolist() if "nvlink_clique" in gpus else [None] * len(gpus)
+    uuid = dict(zip(zip(column["node"], column["position"], strict=True), column["gpu_uuid"], strict=True))
+    link = records(frame, "link")
     links: dict[str, list[tuple[str, str, str, int | None]]] = {}
-    uuid = dict(zip(zip(gpus["node"], gpus["position"], strict=True), gpus["gpu_uuid"], strict=True))
-    for r in records(frame, "link").itertuples(index=False):
-        pair = uuid.get((r.node, r.position)), uuid.get((r.node, r.peer_position))
+    for node, position, peer, kind, count in zip(*(link[c].tolist() for c in ("node", "position", "peer_position",
+                                                                              "link", "nvlinks")), strict=True):
+        pair = uuid.get((node, position)), uuid.get((node, peer))
         if None not in pair:
-            count = None if pd.isna(r.nvlinks) else int(r.nvlinks)
-            links.setdefault(r.node, []).append((pair[0], pair[1], r.link, count))
-    has_clique = "nvlink_clique" in gpus
+            links.setdefault(node, []).append((pair[0], pair[1], kind, None if _missing(count) else int(count)))
+    rows: dict[str, list[int]] = {}
+    for i, name in enumerate(column["node"]):
+        if not _missing(name):
+            rows.setdefault(name, []).append(i)
     out = {}
-    for name, group in gpus.groupby("node", sort=True):
-        numa = {u: (None if pd.isna(n) else int(n)) for u, n in zip(group["gpu_uuid"], group["numa_node"], strict=True)}
-        layout = topology.Layout.build(list(group["gpu_uuid"]), links.get(name, []), numa)
+    for name in sorted(rows):
+        at = rows[name]
+        members = [column["gpu_uuid"][i] for i in at]
+        numa = {column["gpu_uuid"][i]: (None if _missing(column["numa_node"][i]) else int(column["numa_node"][i]))
+                for i in at}
+        layout = topology.Layout.build(members, links.get(name, []), numa)
         known = layout.size <= MAX_GPUS and all(
             layout.ranks[i][j] is not None for i in range(layout.size) for j in range(i + 1, layout.size))
-        cliques = tuple((None if pd.isna(c) else str(c)) for c in group["nvlink_clique"]) if has_clique else (
-            (None,) * layout.size)
-        models = group["gpu_model"].dropna()
-        out[name] = Node(name=name, gpu_model=models.min() if len(models) else None, layout=layout,
-                         indices=tuple(group["gpu_index"]), clique=cliques, known=known)
+        models = [column["gpu_model"][i] for i in at if not _missing(column["gpu_model"][i])]
+        out[name] = Node(name=name, gpu_model=min(models) if models else None, layout=layout,
+                         indices=tuple(column["gpu_index"][i] for i in at),
+                         clique=tuple(None if _missing(clique[i]) else str(clique[i]) for i in at), known=known)
     return out
 
 
-@lru_cache(maxsize=65536)
+def _missing(x: Any) -> bool:
+    return x is None or (isinstance(x, float) and x != x) or x is pd.NA or x is pd.NaT
+
+
 def stats(layout: topology.Layout, free: int) -> dict[str, int | None]:
-    """Free-block figures of one node layout and free mask (memoized: fleets repeat both)."""
+    """Free-block figures of one node layout and free mask: they depend on its links and NUMA nodes,
+    not on which GPUs these are, so the nodes of one shape share them (memoized: fleets repeat both)."""
+    return dict(_shape_stats(layout.ranks, layout.nvlinks, layout.numa, free))
+
+
+@lru_cache(maxsize=65536)
+def _shape_stats(ranks: tuple, nvlinks: tuple, numa: tuple, free: int) -> tuple[tuple[str, int | None], ...]:
+    layout = topology.Layout(tuple(map(str, range(len(numa)))), ranks, nvlinks, numa)
     numa_known = all(n is not None for n in layout.numa)
     out: dict[str, int | None] = {
         "largest_nvlink_block": layout.largest_block(free).bit_count(),
@@ -97,7 +117,7 @@ def stats(layout: topology.Layout, free: int) -> dict[str, int | None]:
     }
     for k in topology.BLOCK_SIZES:
         out[f"nvlink_jobs_{k}"] = topology.disjoint_blocks(layout, free, k)
-    return out
+    return tuple(out.items())
 
 
 def holders(frame: pd.DataFrame, at: pd.Timestamp) -> dict[str, dict[str, int]]:
