@@ -174,6 +174,28 @@ def test_read_only_connection_sees_the_data(tmp_path):
     assert math.isclose(ro.execute("SELECT reported FROM stg_samples").fetchone()[0], 0.1)
 
 
+def test_a_writable_open_of_a_store_this_gpuwatch_made_writes_nothing(tmp_path):
+    import duckdb
+
+    db, wal = tmp_path / "s.duckdb", tmp_path / "s.duckdb.wal"
+    store.connect(str(db)).close()
+    was = db.stat().st_size, db.stat().st_mtime_ns
+    con = store.connect(str(db))  # the service opens its store every few minutes: no catalog rewrite
+    assert not wal.exists()
+    con.close()
+    assert (db.stat().st_size, db.stat().st_mtime_ns) == was
+    # a store whose reference tables another gpuwatch wrote: made again, with this gpuwatch's facts
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE ref_links SET link_rank = 99 WHERE link = 'NV'")
+    con.execute("DELETE FROM store_meta WHERE key = 'reference'")
+    con.close()
+    con = store.connect(str(db))
+    assert con.execute("SELECT link_rank FROM ref_links WHERE link = 'NV'").fetchone() == (0,)
+    assert con.execute("SELECT value FROM store_meta WHERE key = 'reference'").fetchone() == (
+        store.reference_fingerprint(),)
+    con.close()
+
+
 def test_stream_ids_come_from_keys_and_names_that_trim_alike_share_one(con):
     rows = [{"ts": T0, "namespace": "ns", "gpu_util": 0.1}, {"ts": T0 + pd.Timedelta(minutes=1), "namespace": " ns ", "gpu_util": 0.2},
             {"ts": T0, "gpu_uuid": "GPU-b", "pod": "q", "gpu_util": 0.3}, {"ts": T0, "gpu_uuid": "GPU-c", "pod": None}]

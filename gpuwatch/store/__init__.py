@@ -49,7 +49,7 @@ def connect(path: str | None, *, read_only: bool = False, memory_limit: str | No
         con.close()
         raise BundleError(f"{path}: this store was staged by another gpuwatch version; open it once for writing "
                           "(gpuwatch ingest or analyze) to re-stage it")
-    if not read_only:
+    if not read_only and not _made_here(con):
         con.execute("BEGIN TRANSACTION")  # killed half-way, the store stays as it was
         try:
             _stage(con)
@@ -75,14 +75,34 @@ def _stage(con: Any) -> None:
     write_topology_reference(con)
     con.execute("CREATE TABLE IF NOT EXISTS store_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
     con.execute(script("staging.sql"))
-    con.execute("INSERT OR REPLACE INTO store_meta VALUES ('staging', ?), ('duckdb', ?)",
-                [staging_fingerprint(), duckdb.__version__])
+    con.execute("INSERT OR REPLACE INTO store_meta VALUES ('staging', ?), ('duckdb', ?), ('reference', ?)",
+                [staging_fingerprint(), duckdb.__version__, reference_fingerprint()])
     restage = stale or made_by != (staging_fingerprint(), duckdb.__version__)
     if restage:  # the rollup is derived too, and its columns may have changed: made again
         con.execute("DROP TABLE IF EXISTS rollup_stream_hours; DROP TABLE IF EXISTS rollup_meta")
     con.execute(script("rollup.sql"))
     if restage:
         refresh(con)
+
+
+def _made_here(con: Any) -> bool:
+    """True when this store's tables, views, macros and reference tables are this gpuwatch's, made by
+    this DuckDB: a writable open then creates nothing (each open would otherwise rewrite the catalog
+    and the reference tables, and the close check-point them)."""
+    import duckdb
+
+    return (not _old_staging(con) and _staged_by(con) == staging_fingerprint()
+            and _meta(con, "duckdb") == duckdb.__version__ and _meta(con, "reference") == reference_fingerprint())
+
+
+def reference_fingerprint() -> str:
+    """A hash of the reference tables' rows and the MIG macros' constants (gpuwatch.mig,
+    gpuwatch.topology): a change to either writes them again on the next writable open."""
+    import hashlib
+
+    facts = (_mig_profile_rows(), _mig_captured_rows(), _link_rows(), mig.COMPUTE_SLICES, mig.MEMORY_SLICES,
+             mig.CAPABLE_MODEL_PATTERN)
+    return hashlib.sha256(repr(facts).encode()).hexdigest()[:16]
 
 
 def staging_fingerprint() -> str:
@@ -126,18 +146,24 @@ def write_mig_reference(con: Any) -> None:
     staging and the analyses use."""
     con.execute("CREATE OR REPLACE TABLE ref_mig_profiles (profile_id INTEGER PRIMARY KEY, label VARCHAR, "
                 "compute_slices INTEGER, memory_slices INTEGER, max_count INTEGER)")
-    con.executemany("INSERT INTO ref_mig_profiles VALUES (?, ?, ?, ?, ?)",
-                    [(p.id, p.label, p.compute_slices, p.size, p.max_count) for p in mig.PROFILES.values()])
+    con.executemany("INSERT INTO ref_mig_profiles VALUES (?, ?, ?, ?, ?)", _mig_profile_rows())
     con.execute("CREATE OR REPLACE TABLE ref_mig_captured (gpu_fb_mib BIGINT, profile_id INTEGER, "
                 "memory_mib BIGINT, sms INTEGER, gpu_sms INTEGER, name VARCHAR, PRIMARY KEY (gpu_fb_mib, profile_id))")
-    con.executemany("INSERT INTO ref_mig_captured VALUES (?, ?, ?, ?, ?, ?)",
-                    [(fb, pid, mib, c.sms.get(pid), c.gpu_sms, c.names.get(pid))
-                     for fb, c in mig.CAPTURED.items() for pid in mig.PROFILES if (mib := c.instance_mib(pid))])
+    con.executemany("INSERT INTO ref_mig_captured VALUES (?, ?, ?, ?, ?, ?)", _mig_captured_rows())
     # the slice counts are the code's own constants, not data: formatting them into the macro is safe
     con.execute(f"CREATE OR REPLACE MACRO mig_gpu_share(slices) AS slices / {float(mig.COMPUTE_SLICES)}")
     con.execute(f"CREATE OR REPLACE MACRO mig_memory_share(slices) AS slices / {float(mig.MEMORY_SLICES)}")
     con.execute("CREATE OR REPLACE MACRO mig_capable(model) AS "
                 f"coalesce(regexp_matches(lower(model), '{mig.CAPABLE_MODEL_PATTERN}'), FALSE)")
+
+
+def _mig_profile_rows() -> list[tuple]:
+    return [(p.id, p.label, p.compute_slices, p.size, p.max_count) for p in mig.PROFILES.values()]
+
+
+def _mig_captured_rows() -> list[tuple]:
+    return [(fb, pid, mib, c.sms.get(pid), c.gpu_sms, c.names.get(pid))
+            for fb, c in mig.CAPTURED.items() for pid in mig.PROFILES if (mib := c.instance_mib(pid))]
 
 
 def write_topology_reference(con: Any) -> None:
@@ -146,9 +172,12 @@ def write_topology_reference(con: Any) -> None:
     is its nvlinks x the per-link rate, ``nvlink_bytes_per_second_per_link``)."""
     con.execute("CREATE OR REPLACE TABLE ref_links (link VARCHAR PRIMARY KEY, link_rank INTEGER, "
                 "bytes_per_second DOUBLE, nvlink_bytes_per_second_per_link DOUBLE)")
-    con.executemany("INSERT INTO ref_links VALUES (?, ?, ?, ?)",
-                    [(link, topology.rank(link), topology.PCIE_BYTES_PER_SECOND.get(link),
-                      topology.NVLINK_BYTES_PER_SECOND_PER_LINK if link == "NV" else None) for link in topology.LINKS])
+    con.executemany("INSERT INTO ref_links VALUES (?, ?, ?, ?)", _link_rows())
+
+
+def _link_rows() -> list[tuple]:
+    return [(link, topology.rank(link), topology.PCIE_BYTES_PER_SECOND.get(link),
+             topology.NVLINK_BYTES_PER_SECOND_PER_LINK if link == "NV" else None) for link in topology.LINKS]
 
 
 def price_coverage(con: Any):

@@ -37,6 +37,9 @@ class Watch:
     """What a run was seen doing to its store, in seconds from its start."""
 
     db: Path
+    # store.connect writes (tables, views, macros) only to a store another gpuwatch made; on one made
+    # by this gpuwatch the first WAL write is the run's commit, and "opened" is the writer holding the file
+    connect_writes: bool = False
     events: dict[str, float] = field(default_factory=dict)
     last_write: float | None = None  # the last time the WAL changed
     now: float = 0.0
@@ -47,19 +50,22 @@ class Watch:
     def wal(self) -> Path:
         return self.db.with_name(self.db.name + ".wal")
 
-    def look(self, t: float) -> None:
-        """Note the first time each write event shows on disk."""
+    def look(self, t: float, pids: tuple[int, ...] = ()) -> None:
+        """Note the first time each write event shows on disk (``pids``: the writer's processes)."""
         self.now, wal = t, _size(self.wal)
         stat = self.db.stat() if self.db.exists() else None
         now = (stat.st_size, stat.st_mtime_ns) if stat else (0, 0)
         self._db_was = self._db_was or now
         if wal is not None and wal != self._wal:
-            if "opened" in self.events:
+            if "opened" in self.events or not self.connect_writes:
                 self.events.setdefault("commit", t)  # the run's own first commit (a load, the results)
-            self.events.setdefault("wal", t)  # store.connect writing its tables, views and macros
+            if self.connect_writes:
+                self.events.setdefault("wal", t)  # store.connect writing its tables, views and macros
             self.last_write = t
-        elif wal is not None and t - self.last_write >= CONNECTED_S:
+        elif self.connect_writes and wal is not None and t - self.last_write >= CONNECTED_S:
             self.events.setdefault("opened", t)  # connect's burst of writes is over
+        elif not self.connect_writes and "opened" not in self.events and _holds(pids, self.db):
+            self.events.setdefault("opened", t)  # connected, nothing written yet
         if now != self._db_was and "opened" in self.events:
             self.events.setdefault("commit", t)  # a large commit writes its blocks straight to the file
             self.events.setdefault("checkpoint", t)  # committed data reaching the database file
@@ -90,16 +96,16 @@ class Run:
 
 
 def run(argv: list[str], *, db: Path, after_s: float | None = None,
-        when: Callable[[Watch], bool] | None = None, timeout_s: float = 120) -> Run:
+        when: Callable[[Watch], bool] | None = None, timeout_s: float = 120, connect_writes: bool = False) -> Run:
     """Run ``argv`` to the end, or SIGKILL it ``after_s`` seconds in or as soon as ``when(watch)`` holds.
     Its output goes to ``<db>.out``; past ``timeout_s`` it is killed and the test fails."""
     log = db.with_name(db.name + ".out")
     with log.open("w") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-        watch, start, killed = Watch(db), time.monotonic(), False
+        watch, start, killed = Watch(db, connect_writes=connect_writes), time.monotonic(), False
         while process.poll() is None:
             t = time.monotonic() - start
-            watch.look(t)
+            watch.look(t, (process.pid,))
             if (after_s is not None and t >= after_s) or (when is not None and when(watch)) or t > timeout_s:
                 process.send_signal(signal.SIGKILL)
                 killed = True
@@ -173,6 +179,16 @@ def children() -> dict[int, str]:
             with contextlib.suppress(FileNotFoundError):  # it ended meanwhile
                 found[int(pid)] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     return found
+
+
+def _holds(pids: tuple[int, ...], path: Path) -> bool:
+    """True when one of ``pids`` has ``path`` open (Linux /proc)."""
+    target = str(path.resolve())
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") == target for fd in os.listdir(f"/proc/{pid}/fd")):
+                return True
+    return False
 
 
 def _size(path: Path) -> int | None:
