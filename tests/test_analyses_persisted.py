@@ -91,6 +91,21 @@ def test_a_later_load_makes_stored_results_stale(stores, tmp_path):
     assert analyses.run(con, "chargeback", **window)["fleet_cost_usd"].iloc[0] == after["fleet_cost_usd"].iloc[0]
 
 
+def test_persisting_the_same_data_again_computes_nothing(stores, tmp_path):
+    _, kept, window = stores
+    copy = tmp_path / "copy.duckdb"
+    copy.write_bytes(kept.read_bytes())
+    con = store.connect(str(copy))
+    saved = "SELECT key, saved_at FROM analysis_results ORDER BY key"
+    before = con.execute(saved).fetchall()
+    assert analyses.persist(con, window) == len(before)  # a cycle with no new data: every result current
+    assert con.execute(saved).fetchall() == before
+    later = {**window, "end": window["end"] + pd.Timedelta(hours=1), "start": window["start"] + pd.Timedelta(hours=1)}
+    analyses.persist(con, later)  # another window: its results computed and stored beside them
+    after = dict(con.execute(saved).fetchall())
+    assert len(after) > len(before) and all(after[k] == at for k, at in before)
+
+
 def test_a_changed_sql_text_is_a_different_key(stores):
     _, _, window = stores
     bound = {k: v for k, v in window.items() if k in analyses.body_params("chargeback")}

@@ -164,7 +164,9 @@ def test_pod_labels_that_are_not_a_json_object_are_refused_and_the_store_is_unto
 def test_a_store_from_before_pod_labels_gains_the_column(tmp_path):
     db = tmp_path / "old.duckdb"
     con = store.connect(str(db))
-    con.execute("ALTER TABLE pods DROP COLUMN labels")  # the shape of a store written before labels existed
+    # the shape of a store an older gpuwatch wrote before labels existed (its SQL: another fingerprint)
+    con.execute("ALTER TABLE pods DROP COLUMN labels")
+    con.execute("UPDATE store_meta SET value = 'older' WHERE key = 'staging'")
     con.close()
     con = store.connect(str(db))
     try:

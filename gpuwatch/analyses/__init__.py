@@ -106,7 +106,8 @@ ROLLUP_THRESHOLDS = ("idle_below", "false_reported_min", "false_effective_below"
 def persist(con: Any, params: dict[str, Any], *, runs: dict[str, tuple[dict[str, Any], ...]] | None = None) -> int:
     """Store the SQL part of ``runs`` (default ``PERSISTED``) over ``params`` in the DB for ``run`` to reuse.
 
-    Needs a writable connection; returns how many results were stored. The analyze step calls it
+    Needs a writable connection; returns how many results are stored for ``params``: saved now, or
+    already current (a result of this very data and SQL is not computed again). The analyze step calls it
     after loading data, for its window: a later load (store.load, logged in ingest_log) makes the
     stored results stale and ``run`` recomputes. First the hourly rollup is brought up to date for these
     thresholds (only the hours loads replaced are recomputed). Results of older data are dropped here. All in ONE
@@ -121,7 +122,9 @@ def persist(con: Any, params: dict[str, Any], *, runs: dict[str, tuple[dict[str,
             text, used = sql(name), body_params(name)
             for extra in variants:
                 merged = {**params, **extra}
-                persisted.save(con, name, text, {k: v for k, v in merged.items() if k in used})
+                bound = {k: v for k, v in merged.items() if k in used}
+                if not persisted.current(con, name, text, bound):  # no new data since: nothing to redo
+                    persisted.save(con, name, text, bound)
                 stored += 1
     except BaseException:
         con.execute("ROLLBACK")

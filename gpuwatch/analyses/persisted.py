@@ -67,15 +67,19 @@ def _indexed(con: Any) -> bool:
     return con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = $t", {"t": INDEX}).fetchone()[0] > 0
 
 
+def current(con: Any, name: str, sql: str, bound: dict[str, Any]) -> bool:
+    """True when this exact (analysis, SQL, params) is stored for the store's data as it is now."""
+    if not _indexed(con):
+        return False
+    found = con.execute(f"SELECT data_version FROM {INDEX} WHERE key = $k", {"k": key(name, sql, bound)}).fetchone()
+    return found is not None and found[0] == version(con)  # else never stored, or the data changed since
+
+
 def load(con: Any, name: str, sql: str, bound: dict[str, Any]):
     """The stored rows of this exact (analysis, SQL, params, data version) as a DataFrame, else None."""
-    if not _indexed(con):
+    if not current(con, name, sql, bound):
         return None
-    digest = key(name, sql, bound)
-    found = con.execute(f"SELECT data_version FROM {INDEX} WHERE key = $k", {"k": digest}).fetchone()
-    if found is None or found[0] != version(con):
-        return None  # never stored, or the data changed since: recompute
-    return con.execute(f"SELECT * FROM analysis_result_{digest} ORDER BY rowid").df()
+    return con.execute(f"SELECT * FROM analysis_result_{key(name, sql, bound)} ORDER BY rowid").df()
 
 
 def _plain(value: Any) -> Any:
