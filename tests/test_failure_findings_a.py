@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from gpuwatch import analyses, store
 from gpuwatch.analyses.params import DEFAULTS, OPTIONS, params
+from gpuwatch.store import rollup
 
 T0 = pd.Timestamp("2026-11-09T00:00:00")
 H, MIN = pd.Timedelta(hours=1), pd.Timedelta(minutes=1)
@@ -177,14 +178,29 @@ def test_orphaned_memory_matches_a_brute_force_scan(ticks, mig, ended_minute, mi
                 "namespace": pod and "ns", "pod": pod, "gpu_util": 0.5, "fb_used_bytes": fb}
                for t, rows in timed for pod, fb in rows]
     pods = [_pod("ns", "live", "n1", "GPU-p", T0), _pod("ns", "ended", "n1", "GPU-p", T0, T0 + ended_minute * MIN)]
-    frame = _run(_store(samples=samples, pods=pods), "orphaned_memory", hours=24, orphan_min_seconds=min_minutes * 60,
-                 gap_steps=gap_steps)
+    con = _store(samples=samples, pods=pods)
+    frame = _run(con, "orphaned_memory", hours=24, orphan_min_seconds=min_minutes * 60, gap_steps=gap_steps)
+    # the same answer where the hourly rollup is current (the analyze step's case): its hours only
+    # choose which GPUs are scanned, and a pod ending mid-hour must not hide that hour's rows after it
+    assert rollup.update(con, **{k: DEFAULTS[k] for k in analyses.ROLLUP_THRESHOLDS})
+    pd.testing.assert_frame_equal(_run(con, "orphaned_memory", hours=24, orphan_min_seconds=min_minutes * 60,
+                                       gap_steps=gap_steps), frame)
     got = sorted(((s - T0).total_seconds(), sec, fb)
                  for s, sec, fb in zip(frame["since"], frame["seconds"], frame["max_fb_used_bytes"], strict=True))
     baseline = DEFAULTS["orphan_mig_baseline_bytes" if mig else "orphan_gpu_baseline_bytes"]
     assert got == _brute_runs(timed, ended_at=ended_minute * 60, baseline=baseline, min_seconds=min_minutes * 60,
                               gap_steps=gap_steps)  # whole seconds and bytes: exact in floats
     assert ((frame["until"] - frame["since"]).dt.total_seconds() == frame["seconds"]).all()
+
+
+def test_orphaned_memory_after_a_pod_ended_mid_hour_is_found_with_the_rollup_current():
+    # the pod's own series goes on reporting 3 GiB for half an hour after its end, in the same clock hour
+    samples = [{"ts": T0 + m * MIN, "node": "n1", "gpu_uuid": "GPU-p", "namespace": "ns", "pod": "ended",
+                "gpu_util": 0.5, "fb_used_bytes": 3 * GIB} for m in range(50)]
+    con = _store(samples=samples, pods=[_pod("ns", "ended", "n1", "GPU-p", T0, T0 + 20 * MIN)])
+    assert rollup.update(con, **{k: DEFAULTS[k] for k in analyses.ROLLUP_THRESHOLDS})
+    frame = _run(con, "orphaned_memory")
+    assert [((r.since - T0) // MIN, r.seconds, r.last_pod) for r in frame.itertuples()] == [(20, 1800, "ended")]
 
 
 def test_orphaned_memory_from_processes_of_ended_pods_and_host_processes():

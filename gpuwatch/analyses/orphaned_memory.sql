@@ -43,11 +43,37 @@ WITH streams AS (
     FROM stg_streams k
     LEFT JOIN stg_pods p ON p.namespace = k.namespace AND p.pod = k.pod
 ),
+suspect_gpus AS (
+    -- GPUs that may have a sample no pod holds above its baseline: the only ones worth the scan below (a
+    -- GPU let in without one is judged and yields nothing). From the hourly rollup where it is current
+    -- (an hour of the stream that held more and has a row at or after its pod's end), from the rows
+    -- elsewhere (the window's partial edge hours, or all of it when the rollup is not current)
+    SELECT s.gpu_id
+    FROM rollup_stream_hours h
+    JOIN streams s USING (stream_id)
+    WHERE rollup_current(NULL, NULL, NULL)
+      AND h.hour >= rollup_inner_lo($start::TIMESTAMP, $end::TIMESTAMP)
+      AND h.hour < rollup_inner_hi($start::TIMESTAMP, $end::TIMESTAMP)
+      AND h.rows_max_fb_used_bytes > s.baseline AND h.rows_last_ts >= s.held_until
+    UNION
+    SELECT s.gpu_id
+    FROM stg_sample_rows r
+    JOIN streams s USING (stream_id)
+    WHERE r.ts >= $start::TIMESTAMP
+      AND r.ts < CASE WHEN rollup_current(NULL, NULL, NULL) THEN rollup_inner_lo($start::TIMESTAMP, $end::TIMESTAMP)
+                      ELSE $end::TIMESTAMP END
+      AND r.ts >= s.held_until AND r.fb_used_bytes > s.baseline
+    UNION
+    SELECT s.gpu_id
+    FROM stg_sample_rows r
+    JOIN streams s USING (stream_id)
+    WHERE r.ts >= CASE WHEN rollup_current(NULL, NULL, NULL) THEN rollup_inner_hi($start::TIMESTAMP, $end::TIMESTAMP)
+                       ELSE $end::TIMESTAMP END
+      AND r.ts < $end::TIMESTAMP
+      AND r.ts >= s.held_until AND r.fb_used_bytes > s.baseline
+),
 suspects AS (
-    -- streams of GPUs with a sample no pod holds above its baseline: the only ones worth the scan below
-    SELECT * FROM streams
-    WHERE gpu_id IN (SELECT s.gpu_id FROM stg_sample_rows r JOIN streams s USING (stream_id)
-                     WHERE r.ts >= $start AND r.ts < $end AND r.ts >= s.held_until AND r.fb_used_bytes > s.baseline)
+    SELECT * FROM streams WHERE gpu_id IN (SELECT gpu_id FROM suspect_gpus)
 ),
 sample_rows AS (
     SELECT s.device_id, s.gpu_id, s.mig_gi_id, s.baseline, r.ts, r.fb_used_bytes, r.ts < s.held_until AS held

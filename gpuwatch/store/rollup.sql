@@ -1,6 +1,7 @@
 -- Hourly rollup: per stream and clock hour, the counts and exact sums the window analyses add up
 -- (utilization's means, chargeback's idle / false-util / productive samples, fleet_timeseries' buckets,
--- the per-stream counts of idle_hoarding, false_utilization and rightsizing).
+-- the per-stream counts of idle_hoarding, false_utilization and rightsizing; orphaned_memory's most
+-- memory any row held and its last row, series or not, to find the few GPUs worth its scan).
 -- docs/architecture.md#rollup. Every column is a count, a max or an exact part (a DECIMAL sum of values
 -- rounded to 12 decimals, exact_part), so adding the hours of a window gives, bit for bit, what one
 -- pass over the window's rows gives: an analysis reads the stored hours inside its window and the rows
@@ -44,6 +45,7 @@ SELECT stream_id, hour,
        exact_part(CASE WHEN in_series THEN tensor_active END) AS tensor_part,
        count(CASE WHEN in_series THEN tensor_active END) AS tensor_n,
        max(CASE WHEN in_series THEN fb_used_bytes END) AS max_fb_used_bytes,
+       max(fb_used_bytes) AS rows_max_fb_used_bytes, max(ts) AS rows_last_ts,
        exact_part(CASE WHEN in_series THEN reported END) AS series_reported_part,
        count(CASE WHEN in_series THEN reported END) AS series_reported_n,
        exact_part(CASE WHEN in_series THEN effective END) AS series_effective_part,
