@@ -97,7 +97,7 @@ def test_a_broken_analysis_reads_0_and_the_others_still_serve(db, tmp_path):
     broken = tmp_path / "broken.duckdb"
     broken.write_bytes(db.read_bytes())
     con = store.connect(str(broken))
-    con.execute("DROP VIEW stg_devices CASCADE")  # a half-migrated store: mig_fragmentation needs it
+    con.execute("DROP TABLE stg_devices CASCADE")  # a half-migrated store: mig_fragmentation needs it
     served = _series(derived.render(con, window=WINDOW))
     con.close()
     up = {dict(k)["analysis"]: v for k, v in served["gpuwatch_derived_analysis_up"].items()}

@@ -267,3 +267,23 @@ def test_a_load_replaces_only_the_series_it_carries(con):
 def test_an_unknown_bundle_table_is_an_error(con):
     with pytest.raises(store.BundleError, match="unknown bundle file 'sample'"):
         store.load(con, {"sample": _samples([{"ts": T0}])}, source="test")
+
+
+def test_the_small_staged_tables_are_their_definitions_after_every_kind_of_load(tmp_path):
+    from tests import app_support
+
+    con = store.connect(str(app_support.load_sample(tmp_path / "s.duckdb")))
+
+    def stale() -> list[str]:
+        return [name for name in store.MATERIALISED
+                if con.execute(f"SELECT count(*) FROM (FROM {name} EXCEPT ALL FROM {name}_def "
+                               f"UNION ALL (FROM {name}_def EXCEPT ALL FROM {name}))").fetchone()[0]]
+
+    assert stale() == [] and con.execute("SELECT count(*) FROM stg_pods").fetchone()[0] > 0
+    prices = con.execute("SELECT gpu_model, usd_per_gpu_hour * 2 AS usd_per_gpu_hour FROM prices").df()
+    store.load(con, {"prices": prices}, source="test: prices doubled")  # a load without samples
+    assert stale() == []
+    pods = con.execute("SELECT * EXCLUDE (end_ts), NULL::TIMESTAMP AS end_ts FROM pods LIMIT 3").df()
+    store.load(con, {"pods": pods}, source="test: three pods run again")
+    assert stale() == []
+    con.close()

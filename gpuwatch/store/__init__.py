@@ -26,6 +26,10 @@ __all__ = ["LIST_PRICES", "BundleError", "bulk_end", "connect", "data_range", "h
 # DuckDB takes 80% of RAM by default; a store is one process among many (a pod, a laptop), so cap
 # it and let large sorts and windows spill to disk instead. Override: GPUWATCH_DUCKDB_MEMORY_LIMIT.
 DEFAULT_MEMORY_LIMIT = "2GB"
+# Staged tables that were views before they were materialised (refresh_streams.sql makes them from
+# staging.sql's <name>_def views after every load): a store written before then holds them as views.
+MATERIALISED = ("stg_prices", "stg_nodes", "stg_devices", "stg_mig_targets", "stg_gpus", "stg_pods", "stg_pod_status",
+                "stg_health", "stg_topology", "stg_processes", "stg_scheduler_pending")
 
 
 def connect(path: str | None, *, read_only: bool = False, memory_limit: str | None = None):
@@ -74,6 +78,9 @@ def _stage(con: Any) -> None:
     write_mig_reference(con)
     write_topology_reference(con)
     con.execute("CREATE TABLE IF NOT EXISTS store_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+    for (name,) in con.execute("SELECT view_name FROM duckdb_views() WHERE view_name IN "
+                               f"({', '.join(repr(n) for n in MATERIALISED)})").fetchall():
+        con.execute(f"DROP VIEW {name}")  # an older store's: these are tables now (a name from MATERIALISED)
     con.execute(script("staging.sql"))
     con.execute("INSERT OR REPLACE INTO store_meta VALUES ('staging', ?), ('duckdb', ?), ('reference', ?)",
                 [staging_fingerprint(), duckdb.__version__, reference_fingerprint()])
@@ -83,6 +90,8 @@ def _stage(con: Any) -> None:
     con.execute(script("rollup.sql"))
     if restage:
         refresh(con)
+    else:  # the small staged tables from this SQL and these reference tables
+        con.execute(script("refresh_streams.sql"))
 
 
 def _made_here(con: Any) -> bool:

@@ -14,7 +14,7 @@ CREATE OR REPLACE MACRO model_key(name) AS lower(trim(name));
 -- price_source says which one applies to each model. A cluster price with a node_label
 -- ("karpenter.sh/capacity-type=spot") applies only on nodes carrying that label (the nodes file);
 -- label_key is the key as kube-state-metrics names it (every character outside [a-zA-Z0-9_] as "_").
-CREATE OR REPLACE VIEW stg_prices AS
+CREATE OR REPLACE VIEW stg_prices_def AS
 WITH raw AS (
     SELECT trim(gpu_model) AS gpu_model, model_key(gpu_model) AS model_key, usd_per_gpu_hour,
            nullif(trim(node_label), '') AS node_label
@@ -42,10 +42,14 @@ SELECT gpu_model, usd_per_gpu_hour, model_key, price_source, node_label,
        regexp_replace(split_part(node_label, '=', 1), '[^a-zA-Z0-9_]', '_', 'g') AS label_key,
        substr(node_label, length(split_part(node_label, '=', 1)) + 2) AS label_value
 FROM final;
+-- (its table, empty until refresh_streams.sql fills it: the definitions below bind against it)
+CREATE OR REPLACE TABLE stg_prices AS SELECT * FROM stg_prices_def LIMIT 0;
 
 -- Node labels (the nodes file; kube_node_labels), one JSON object per node.
-CREATE OR REPLACE VIEW stg_nodes AS
+CREATE OR REPLACE VIEW stg_nodes_def AS
 SELECT DISTINCT ON (node) node, CAST(nullif(trim(labels), '') AS JSON) AS labels FROM nodes ORDER BY node;
+-- (its table, empty until refresh_streams.sql fills it: the definitions below bind against it)
+CREATE OR REPLACE TABLE stg_nodes AS SELECT * FROM stg_nodes_def LIMIT 0;
 
 -- The price of model key `key` on node `node_name`: {usd, source}. A price for a node label the node
 -- carries wins over the model's plain price (several matching labels: the first by label text);
@@ -80,7 +84,7 @@ CREATE OR REPLACE MACRO exact_sum(x) AS CAST(exact_part(x) AS DOUBLE);
 CREATE OR REPLACE MACRO exact_avg(x) AS exact_sum(x) / count(x);
 
 -- Devices: one row per GPU and per MIG instance, with its share of the GPU and its price.
-CREATE OR REPLACE VIEW stg_devices AS
+CREATE OR REPLACE VIEW stg_devices_def AS
 WITH raw AS (
     SELECT DISTINCT ON (node, gpu_uuid, mig_gi_id) * FROM devices
 ),
@@ -103,6 +107,8 @@ final AS (
                  price_on(node, model_key(gpu_model || '/' || mig_profile)) AS profile_price FROM sized) s
 )
 SELECT * FROM final;
+-- (its table, empty until refresh_streams.sql fills it: the definitions below bind against it)
+CREATE OR REPLACE TABLE stg_devices AS SELECT * FROM stg_devices_def LIMIT 0;
 
 -- MIG profiles a pod may be offered, per kind of GPU (model, FB total MiB) in the store, with what an
 -- instance of each holds: its memory as the GPUs said, never a slice fraction (docs/architecture.md#mig-placement):
@@ -110,7 +116,7 @@ SELECT * FROM final;
 -- that size reported (ref_mig_captured, gpuwatch/mig.py); a profile with neither is left out. Kinds: the
 -- whole GPUs' FB totals, and the size a MIG instance's own FB total names (9984 MiB on a 1g.10gb: an
 -- 81559 MiB H100). compute_share = the instance's SMs / the GPU's where captured, else slices / 7.
-CREATE OR REPLACE VIEW stg_mig_targets AS
+CREATE OR REPLACE VIEW stg_mig_targets_def AS
 WITH instances AS (
     SELECT gpu_model, mig_profile_id AS profile_id, min(fb_total_bytes) AS memory_bytes, min(mig_profile) AS name
     FROM stg_devices
@@ -138,11 +144,13 @@ CROSS JOIN ref_mig_profiles p
 LEFT JOIN instances i ON i.gpu_model = k.gpu_model AND i.profile_id = p.profile_id
 LEFT JOIN ref_mig_captured r ON r.gpu_fb_mib = k.gpu_fb_mib AND r.profile_id = p.profile_id
 WHERE coalesce(i.memory_bytes, r.memory_mib) IS NOT NULL;
+-- (its table, empty until refresh_streams.sql fills it: the definitions below bind against it)
+CREATE OR REPLACE TABLE stg_mig_targets AS SELECT * FROM stg_mig_targets_def LIMIT 0;
 
 -- Physical GPUs: one row per (node, gpu_uuid), its model (the whole-GPU row's: an instance row naming
 -- another model does not reprice it) and price per GPU-hour (NULL = unpriced); the fleet every
 -- page counts and prices (chargeback's fleet cost, Fleet's GPUs and cost per bucket).
-CREATE OR REPLACE VIEW stg_gpus AS
+CREATE OR REPLACE VIEW stg_gpus_def AS
 WITH gpus AS (
     SELECT d.node, d.gpu_uuid, coalesce(min(d.gpu_model) FILTER (WHERE d.mig_gi_id IS NULL), min(d.gpu_model)) AS gpu_model,
            exact_sum(CASE WHEN d.mig_gi_id IS NOT NULL THEN d.usd_per_hour END) AS instances_usd_per_hour,
@@ -156,6 +164,8 @@ final AS (
     FROM gpus g
 )
 SELECT * FROM final;
+-- (its table, empty until refresh_streams.sql fills it: the definitions below bind against it)
+CREATE OR REPLACE TABLE stg_gpus AS SELECT * FROM stg_gpus_def LIMIT 0;
 
 -- Namespace -> team (the teams file): an exact name wins over a glob, a longer glob over a shorter one;
 -- NULL when no row matches.
@@ -170,7 +180,7 @@ CREATE OR REPLACE MACRO namespace_team(ns) AS (
 );
 
 -- Pods: one allocation per (namespace, pod) (the latest start wins), its team and what it costs.
-CREATE OR REPLACE VIEW stg_pods AS
+CREATE OR REPLACE VIEW stg_pods_def AS
 WITH raw AS (
     SELECT DISTINCT ON (namespace, pod) * FROM pods ORDER BY namespace, pod, start_ts DESC NULLS LAST
 ),
@@ -218,6 +228,8 @@ final AS (
                  price_on(node, model_key(gpu_model || '/' || mig_profile)) AS profile_price FROM capped) s
 )
 SELECT * FROM final;
+-- (its table, empty until refresh_streams.sql fills it: the definitions below bind against it)
+CREATE OR REPLACE TABLE stg_pods AS SELECT * FROM stg_pods_def LIMIT 0;
 
 -- Samples are staged in four materialised tables. A load re-stages only the devices and time ranges it
 -- replaced (store/restage.py); a full refresh (store/staged.py) rebuilds them all. Both give the same rows:
@@ -445,7 +457,7 @@ SELECT * FROM stg_samples WHERE in_series AND ts >= window_start AND ts < window
 -- Pod (container) states from kube-state-metrics, one row per change (model.BUNDLE_COLUMNS["pod_status"]):
 -- names trimmed, empty text NULL, and until_ts, when the pod's (container's) next row replaces it
 -- (NULL: the last known state; how long it held is unknown past the last sample of anything).
-CREATE OR REPLACE VIEW stg_pod_status AS
+CREATE OR REPLACE VIEW stg_pod_status_def AS
 WITH raw AS (
     SELECT DISTINCT ON (ts, namespace, pod, container) * FROM pod_status
 ),
@@ -459,15 +471,19 @@ clean AS (
     FROM raw
 )
 SELECT *, lead(ts) OVER (PARTITION BY namespace, pod, container ORDER BY ts) AS until_ts FROM clean;
+-- (its table, empty until refresh_streams.sql fills it: the definitions below bind against it)
+CREATE OR REPLACE TABLE stg_pod_status AS SELECT * FROM stg_pod_status_def LIMIT 0;
 
 -- GPU health events (model.HEALTH_KINDS), one row per event.
-CREATE OR REPLACE VIEW stg_health AS
+CREATE OR REPLACE VIEW stg_health_def AS
 SELECT DISTINCT ts, trim(node) AS node, trim(gpu_uuid) AS gpu_uuid, lower(trim(kind)) AS kind, code FROM health;
+-- (its table, empty until refresh_streams.sql fills it: the definitions below bind against it)
+CREATE OR REPLACE TABLE stg_health AS SELECT * FROM stg_health_def LIMIT 0;
 
 -- GPU-to-GPU links (model.BUNDLE_COLUMNS["topology"], gpuwatch/topology.py): both directions of every pair,
 -- link upper-cased with its rank (ref_links, written from gpuwatch/topology.py: 0 NV .. 5 SYS); where the two directions disagree the better link is kept
 -- (a placement penalty is never overestimated). Pairs absent here are unknown, never guessed.
-CREATE OR REPLACE VIEW stg_topology AS
+CREATE OR REPLACE VIEW stg_topology_def AS
 WITH raw AS (
     SELECT trim(node) AS node, trim(gpu_uuid) AS gpu_uuid, trim(peer_gpu_uuid) AS peer_gpu_uuid,
            upper(trim(link)) AS link, nvlinks
@@ -484,22 +500,28 @@ ranked AS (
 SELECT DISTINCT ON (node, gpu_uuid, peer_gpu_uuid) node, gpu_uuid, peer_gpu_uuid, link, nvlinks, link_rank
 FROM ranked
 ORDER BY node, gpu_uuid, peer_gpu_uuid, link_rank, nvlinks DESC NULLS LAST;
+-- (its table, empty until refresh_streams.sql fills it: the definitions below bind against it)
+CREATE OR REPLACE TABLE stg_topology AS SELECT * FROM stg_topology_def LIMIT 0;
 
 -- GPU compute processes (model.BUNDLE_COLUMNS["processes"]): names trimmed, empty pod_uid NULL, one row per
 -- (ts, device, pid).
-CREATE OR REPLACE VIEW stg_processes AS
+CREATE OR REPLACE VIEW stg_processes_def AS
 SELECT DISTINCT ON (ts, node, gpu_uuid, mig_gi_id, pid)
        ts, trim(node) AS node, trim(gpu_uuid) AS gpu_uuid, mig_gi_id, pid, nullif(trim(pod_uid), '') AS pod_uid,
        in_pod, fb_used_bytes
 FROM processes
 ORDER BY ts, node, gpu_uuid, mig_gi_id, pid, fb_used_bytes DESC NULLS LAST;
+-- (its table, empty until refresh_streams.sql fills it: the definitions below bind against it)
+CREATE OR REPLACE TABLE stg_processes AS SELECT * FROM stg_processes_def LIMIT 0;
 
 -- The batch schedulers' pending gauges (model.BUNDLE_COLUMNS["scheduler_pending"]): names trimmed, empty
 -- text NULL, a non-finite count NULL (unknown), one row per (ts, series).
-CREATE OR REPLACE VIEW stg_scheduler_pending AS
+CREATE OR REPLACE VIEW stg_scheduler_pending_def AS
 SELECT DISTINCT ON (ts, scheduler, queue, job, status, unit)
        ts, lower(trim(scheduler)) AS scheduler, nullif(trim(queue), '') AS queue, nullif(trim(job), '') AS job,
        nullif(trim(status), '') AS status, lower(trim(unit)) AS unit,
        CASE WHEN isfinite(pending) THEN pending END AS pending
 FROM scheduler_pending
 ORDER BY ts, scheduler, queue, job, status, unit;
+-- (its table, empty until refresh_streams.sql fills it: the definitions below bind against it)
+CREATE OR REPLACE TABLE stg_scheduler_pending AS SELECT * FROM stg_scheduler_pending_def LIMIT 0;
