@@ -4,7 +4,7 @@ A simulated fleet (failures and topology planted) is loaded hour by hour, in ord
 hours sent again and a late hour changed, with the rollup brought up to date after every load as the
 analyze step does; the stored hours must equal a rollup built once over the whole data, and the
 analyses that read it (utilization, chargeback, idle_hoarding, false_utilization, rightsizing,
-fleet_timeseries, orphaned_memory) must equal their row-by-row results:
+fleet_timeseries, orphaned_memory, topology_placement) must equal their row-by-row results:
 with the rollup current, stale, made for other thresholds, on a window that does not end on the hour,
 and read-only.
 """
@@ -28,7 +28,7 @@ from tests.support.bundles import by_hour, small_fleet, without_samples
 READERS = (("utilization", {}), ("chargeback", {}), ("idle_hoarding", {}), ("false_utilization", {}),
            ("rightsizing", {}), ("fleet_timeseries", {"bucket_seconds": 3600}),
            ("fleet_timeseries", {"bucket_seconds": 86400}), ("fleet_timeseries", {"bucket_seconds": 900}),
-           ("orphaned_memory", {}))
+           ("orphaned_memory", {}), ("topology_placement", {}))
 
 
 @pytest.fixture(scope="module")

@@ -75,13 +75,41 @@ live AS (
     SELECT * FROM allocations
     WHERE end_ts IS NULL OR end_ts > (SELECT min(start_ts) FROM judged)
 ),
-evidence AS (
-    SELECT k.namespace, k.pod, exact_sum(r.nvlink_tx_bytes_per_second + r.nvlink_rx_bytes_per_second) AS nvlink_sum,
-           count(r.nvlink_tx_bytes_per_second + r.nvlink_rx_bytes_per_second) AS nvlink_samples
+judged_streams AS MATERIALIZED (
+    SELECT s.stream_id, s.namespace, s.pod FROM stg_streams s SEMI JOIN judged j USING (namespace, pod)
+),
+evidence_parts AS (
+    -- the judged pods' NVLink traffic (tx + rx bytes/s where both are known) as exact parts: the hourly
+    -- rollup's hours where it is current, the rows at the window's partial edges or when it is not
+    SELECT h.stream_id, h.rows_nvlink_part AS part, h.rows_nvlink_n AS n
+    FROM rollup_stream_hours h
+    WHERE rollup_current(NULL, NULL, NULL)
+      AND h.hour >= rollup_inner_lo($start::TIMESTAMP, $end::TIMESTAMP)
+      AND h.hour < rollup_inner_hi($start::TIMESTAMP, $end::TIMESTAMP)
+      AND h.stream_id IN (SELECT stream_id FROM judged_streams)
+    UNION ALL
+    SELECT r.stream_id, exact_part(r.nvlink_tx_bytes_per_second + r.nvlink_rx_bytes_per_second),
+           count(r.nvlink_tx_bytes_per_second + r.nvlink_rx_bytes_per_second)
     FROM stg_sample_rows r
-    JOIN stg_streams k USING (stream_id)
-    WHERE r.ts >= $start::TIMESTAMP AND r.ts < $end::TIMESTAMP
-      AND r.stream_id IN (SELECT s.stream_id FROM stg_streams s SEMI JOIN judged j USING (namespace, pod))
+    WHERE r.ts >= $start::TIMESTAMP
+      AND r.ts < CASE WHEN rollup_current(NULL, NULL, NULL) THEN rollup_inner_lo($start::TIMESTAMP, $end::TIMESTAMP)
+                      ELSE $end::TIMESTAMP END
+      AND r.stream_id IN (SELECT stream_id FROM judged_streams)
+    GROUP BY r.stream_id
+    UNION ALL
+    SELECT r.stream_id, exact_part(r.nvlink_tx_bytes_per_second + r.nvlink_rx_bytes_per_second),
+           count(r.nvlink_tx_bytes_per_second + r.nvlink_rx_bytes_per_second)
+    FROM stg_sample_rows r
+    WHERE r.ts >= CASE WHEN rollup_current(NULL, NULL, NULL) THEN rollup_inner_hi($start::TIMESTAMP, $end::TIMESTAMP)
+                       ELSE $end::TIMESTAMP END
+      AND r.ts < $end::TIMESTAMP
+      AND r.stream_id IN (SELECT stream_id FROM judged_streams)
+    GROUP BY r.stream_id
+),
+evidence AS (
+    SELECT k.namespace, k.pod, exact_total(e.part) AS nvlink_sum, CAST(sum(e.n) AS BIGINT) AS nvlink_samples
+    FROM evidence_parts e
+    JOIN judged_streams k USING (stream_id)
     GROUP BY k.namespace, k.pod
 ),
 pods AS (

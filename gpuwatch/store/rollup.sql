@@ -1,7 +1,8 @@
 -- Hourly rollup: per stream and clock hour, the counts and exact sums the window analyses add up
 -- (utilization's means, chargeback's idle / false-util / productive samples, fleet_timeseries' buckets,
--- the per-stream counts of idle_hoarding, false_utilization and rightsizing; orphaned_memory's most
--- memory any row held and its last row, series or not, to find the few GPUs worth its scan).
+-- the per-stream counts of idle_hoarding, false_utilization and rightsizing; over every row, series or
+-- not: orphaned_memory's most memory held and last row (to find the few GPUs worth its scan) and
+-- topology_placement's NVLink traffic).
 -- docs/architecture.md#rollup. Every column is a count, a max or an exact part (a DECIMAL sum of values
 -- rounded to 12 decimals, exact_part), so adding the hours of a window gives, bit for bit, what one
 -- pass over the window's rows gives: an analysis reads the stored hours inside its window and the rows
@@ -15,7 +16,8 @@
 CREATE OR REPLACE MACRO rollup_parts(lo, hi, idle_below, false_min, false_below) AS TABLE
 WITH judged AS (
     SELECT stream_id, ts, date_trunc('hour', ts) AS hour, in_series, reported, effective, gpu_util,
-           gr_engine_active, sm_active, tensor_active, fb_used_bytes,
+           gr_engine_active, sm_active, tensor_active, fb_used_bytes, nvlink_tx_bytes_per_second,
+           nvlink_rx_bytes_per_second,
            is_idle(reported, effective, idle_below) AS idle,
            is_false_util(reported, effective, false_min, false_below) AS is_false
     FROM stg_sample_rows
@@ -46,6 +48,8 @@ SELECT stream_id, hour,
        count(CASE WHEN in_series THEN tensor_active END) AS tensor_n,
        max(CASE WHEN in_series THEN fb_used_bytes END) AS max_fb_used_bytes,
        max(fb_used_bytes) AS rows_max_fb_used_bytes, max(ts) AS rows_last_ts,
+       exact_part(nvlink_tx_bytes_per_second + nvlink_rx_bytes_per_second) AS rows_nvlink_part,
+       count(nvlink_tx_bytes_per_second + nvlink_rx_bytes_per_second) AS rows_nvlink_n,
        exact_part(CASE WHEN in_series THEN reported END) AS series_reported_part,
        count(CASE WHEN in_series THEN reported END) AS series_reported_n,
        exact_part(CASE WHEN in_series THEN effective END) AS series_effective_part,
