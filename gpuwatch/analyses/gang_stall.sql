@@ -205,7 +205,9 @@ job_rows AS (
     FROM stg_series_rows($start, $end) r
     JOIN stream_jobs s USING (stream_id)
 ),
-buckets AS MATERIALIZED (
+all_buckets AS NOT MATERIALIZED (
+    -- every device's value per bucket, computed twice rather than stored: only the buckets that spread
+    -- (a small share) are kept, in buckets below
     SELECT job_id, stream_id, step_seconds, bucket,
            CAST(CAST(effective AS DECIMAL(38, 12)) AS DOUBLE) AS sm_active,  -- exact_avg of one value
            NOT is_idle(reported, effective, $idle_below) AS busy
@@ -222,10 +224,14 @@ bucket_spread AS MATERIALIZED (
     -- between min and max) and at most one is not busy: the median is taken of those buckets alone
     SELECT job_id, bucket, any_value(step_seconds) AS step_seconds, count(*) AS devices,
            count(sm_active) AS known, count(*) FILTER (WHERE busy) AS busy_devices
-    FROM buckets
+    FROM all_buckets
     GROUP BY job_id, bucket
     HAVING count(*) >= 2 AND count(sm_active) = count(*) AND count(*) FILTER (WHERE busy) >= count(*) - 1
        AND max(sm_active) - min(sm_active) >= $straggler_gap
+),
+buckets AS MATERIALIZED (
+    -- the devices' values in the buckets that spread (the only ones judged below)
+    SELECT b.* FROM all_buckets b SEMI JOIN bucket_spread USING (job_id, bucket)
 ),
 job_buckets AS MATERIALIZED (
     SELECT s.job_id, s.bucket, s.step_seconds, s.devices, s.known, s.busy_devices,
