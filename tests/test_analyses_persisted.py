@@ -123,3 +123,17 @@ def test_weekly_report_is_the_same_from_persisted_results(stores, tmp_path):
         pages[label] = {p.name: skeleton(p.read_text()) for p in out.glob("*.html")}
         pages[label]["chargeback.csv"] = (out / "chargeback.csv").read_text()
     assert pages["kept"] == pages["plain"]
+
+
+def test_analyze_computing_some_findings_on_a_second_connection_gives_the_same_frames(stores):
+    from gpuwatch.findings import command, findings
+    from gpuwatch.findings.command import OUTPUTS
+
+    _, kept, window = stores
+    con = store.connect(str(kept), read_only=True)
+    ahead = command.analyze(con, window)  # command.AHEAD computed on store.cursor(con), beside the rest
+    plain = findings(con, window, only=OUTPUTS)
+    assert set(command.AHEAD) <= set(ahead)
+    for name in OUTPUTS:
+        pd.testing.assert_frame_equal(ahead[name], plain[name], obj=name)
+    con.close()

@@ -65,6 +65,15 @@ def connect(path: str | None, *, read_only: bool = False, memory_limit: str | No
     return con
 
 
+def cursor(con: Any):
+    """Another connection to ``con``'s store with the same session settings: its queries run beside
+    ``con``'s and see what ``con`` has committed."""
+    other = con.cursor()
+    other.execute("SET TimeZone = 'UTC'")
+    other.execute("SET enable_progress_bar = false")
+    return other
+
+
 def _stage(con: Any) -> None:
     """Create the raw tables, the staging views and macros; re-stage everything when the staged tables
     were made by other SQL or another DuckDB (stream ids are DuckDB hashes), so a load can re-stage
