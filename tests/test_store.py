@@ -44,6 +44,30 @@ def test_duplicates_collapse_and_out_of_order_rows_sort(con):
     assert set(stg["step_seconds"]) == {60}
 
 
+@pytest.mark.parametrize("pair", ["series", "outside a series", "with and without a reading"])
+def test_a_full_refresh_merges_every_kind_of_duplicate_and_only_its_node(con, pair):
+    """The full staging stages without the merge, finds the doubled (stream, ts) in what it staged and
+    stages that node again with it; other nodes are staged once, as they were."""
+    t = [T0 + pd.Timedelta(seconds=s) for s in (0, 60, 120)]
+    twins = {"series": [{"ts": t[1], "gpu_util": 0.2, "sm_active": 0.1}, {"ts": t[1], "gpu_util": 0.4}],
+             "outside a series": [{"ts": t[1], "pod": None, "namespace": None, "gpu_util": 0.2},
+                                  {"ts": t[1], "pod": None, "namespace": None, "gpu_util": 0.4}],
+             "with and without a reading": [{"ts": t[1], "fb_used_bytes": 5.0}, {"ts": t[1], "gpu_util": 0.4}]}[pair]
+    rows = [{"ts": t[0], "gpu_util": 0.1}, *twins, {"ts": t[2], "gpu_util": 0.3},
+            *({"node": "n2", "ts": ts, "gpu_util": 0.5} for ts in t)]
+    store.load(con, {"samples": _samples(rows)}, source="test")
+    stg = _stg(con, "node, ts, pod NULLS LAST")
+    doubled = con.execute("SELECT count(*) FROM (SELECT stream_id, ts FROM stg_sample_rows GROUP BY ALL "
+                          "HAVING count(*) > 1)").fetchone()[0]
+    assert doubled == 0 and len(stg[stg["node"] == "n2"]) == 3
+    merged = stg[(stg["node"] == "n1") & (stg["ts"] == t[1])].iloc[-1]
+    assert merged["gpu_util"] == 0.4  # max() keeps the larger of two readings and a known one over NULL
+    if pair == "series":
+        assert merged["sm_active"] == 0.1 and list(stg[stg["node"] == "n1"]["dt_seconds"].fillna(-1)) == [-1, 60, 60]
+    if pair == "with and without a reading":
+        assert merged["fb_used_bytes"] == 5.0 and bool(merged["in_series"])
+
+
 def test_nan_inf_and_negative_readings_become_null_not_zero(con):
     rows = [{"ts": T0, "gpu_util": float("nan"), "sm_active": -0.2, "fb_used_bytes": float("inf"),
              "power_watts": -1.0, "nvlink_tx_bytes_per_second": -5e9}]  # negative rate: a counter reset

@@ -1,5 +1,16 @@
--- Could a node range hold the same (ts, device, pod) twice? Compares row count with distinct key
--- hashes: a hash collision only answers "yes" (the exact merge then runs), never a wrong "no".
-SELECT count(*) > count(DISTINCT hash(ts, node, gpu_uuid, mig_gi_id, nullif(trim(namespace), ''), nullif(trim(pod), '')))
-FROM samples
-WHERE node >= $node_lo AND node <= $node_hi;
+-- Nodes whose rows, staged without the duplicate merge (refresh_chunk.sql, dedup FALSE), hold one
+-- (stream, ts) twice: a series row 0 s after the row before it in its series, two rows outside any
+-- series at one time, or a row outside a series (no reading) at the time of one inside it (the same
+-- pod's sample loaded with and without a reading). refresh() stages those nodes again with the merge.
+WITH dup_streams AS (
+    SELECT stream_id FROM stg_sample_rows WHERE in_series AND dt_seconds = 0
+    UNION
+    SELECT stream_id FROM stg_sample_rows WHERE NOT in_series GROUP BY stream_id, ts HAVING count(*) > 1
+    UNION
+    SELECT s.stream_id
+    FROM stg_sample_rows s  -- probed against the few rows without a reading (the join's build side)
+    SEMI JOIN (SELECT stream_id, ts FROM stg_sample_rows WHERE NOT in_series AND reported IS NULL) o
+      ON s.stream_id = o.stream_id AND s.ts = o.ts
+    WHERE s.in_series
+)
+SELECT DISTINCT node FROM stg_stream_aliases WHERE stream_id IN (SELECT stream_id FROM dup_streams) ORDER BY node;

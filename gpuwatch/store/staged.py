@@ -36,13 +36,19 @@ def refresh(con: Any, *, chunk_rows: int | None = None) -> None:
         refresh(con, chunk_rows=chunk_rows)
         return
     run(con, "refresh_empty.sql")
-    chunk, dups = script("refresh_chunk.sql"), script("refresh_dups.sql")
-    for lo, hi in node_ranges(con.execute(script("refresh_nodes.sql")).fetchall(),
-                              chunk_rows=chunk_rows or REFRESH_CHUNK_ROWS):
-        bounds = {"node_lo": lo, "node_hi": hi}
-        # merging duplicates is a 20M-group aggregate; skip it where a cheap count shows there are none
-        dedup = con.execute(dups, bounds).fetchall()[0][0]
-        con.execute(chunk, {**bounds, "dedup": dedup})
+    chunk = script("refresh_chunk.sql")
+    ranges = node_ranges(con.execute(script("refresh_nodes.sql")).fetchall(), chunk_rows=chunk_rows or REFRESH_CHUNK_ROWS)
+    # merging duplicates is a 20M-group aggregate: every range is staged without it, then the ranges
+    # whose staged rows show a (stream, ts) twice are staged again with it
+    for lo, hi in ranges:
+        con.execute(chunk, {"node_lo": lo, "node_hi": hi, "dedup": False})
+    doubled = [node for (node,) in con.execute(script("refresh_dups.sql")).fetchall()]
+    for lo, hi in ranges:
+        if any(lo <= node <= hi for node in doubled):
+            bounds = {"node_lo": lo, "node_hi": hi}
+            con.execute("DELETE FROM stg_sample_rows WHERE stream_id IN (SELECT stream_id FROM stg_stream_aliases "
+                        "WHERE node >= $node_lo AND node <= $node_hi)", bounds)
+            con.execute(chunk, {**bounds, "dedup": True})
     con.execute(script("refresh_dts.sql"))
     con.execute(script("refresh_streams.sql"))
 
