@@ -299,10 +299,11 @@ def test_the_small_staged_tables_are_their_definitions_after_every_kind_of_load(
     con = store.connect(str(app_support.load_sample(tmp_path / "s.duckdb")))
 
     def stale() -> list[str]:
-        return [name for name in store.MATERIALISED
+        return [name for name in store.materialised()
                 if con.execute(f"SELECT count(*) FROM (FROM {name} EXCEPT ALL FROM {name}_def "
                                f"UNION ALL (FROM {name}_def EXCEPT ALL FROM {name}))").fetchone()[0]]
 
+    assert len(store.materialised()) == 11
     assert stale() == [] and con.execute("SELECT count(*) FROM stg_pods").fetchone()[0] > 0
     prices = con.execute("SELECT gpu_model, usd_per_gpu_hour * 2 AS usd_per_gpu_hour FROM prices").df()
     store.load(con, {"prices": prices}, source="test: prices doubled")  # a load without samples

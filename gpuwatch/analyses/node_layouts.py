@@ -74,29 +74,25 @@ def nodes(frame: pd.DataFrame) -> dict[str, Node]:
                                                                               "link", "nvlinks")), strict=True):
         pair = uuid.get((node, position)), uuid.get((node, peer))
         if None not in pair:
-            links.setdefault(node, []).append((pair[0], pair[1], kind, None if _missing(count) else int(count)))
+            links.setdefault(node, []).append((pair[0], pair[1], kind, None if value(count) is None else int(count)))
     rows: dict[str, list[int]] = {}
     for i, name in enumerate(column["node"]):
-        if not _missing(name):
+        if value(name) is not None:
             rows.setdefault(name, []).append(i)
     out = {}
     for name in sorted(rows):
         at = rows[name]
         members = [column["gpu_uuid"][i] for i in at]
-        numa = {column["gpu_uuid"][i]: (None if _missing(column["numa_node"][i]) else int(column["numa_node"][i]))
+        numa = {column["gpu_uuid"][i]: (None if value(column["numa_node"][i]) is None else int(column["numa_node"][i]))
                 for i in at}
         layout = topology.Layout.build(members, links.get(name, []), numa)
         known = layout.size <= MAX_GPUS and all(
             layout.ranks[i][j] is not None for i in range(layout.size) for j in range(i + 1, layout.size))
-        models = [column["gpu_model"][i] for i in at if not _missing(column["gpu_model"][i])]
+        models = [column["gpu_model"][i] for i in at if value(column["gpu_model"][i]) is not None]
         out[name] = Node(name=name, gpu_model=min(models) if models else None, layout=layout,
                          indices=tuple(column["gpu_index"][i] for i in at),
-                         clique=tuple(None if _missing(clique[i]) else str(clique[i]) for i in at), known=known)
+                         clique=tuple(None if value(clique[i]) is None else str(clique[i]) for i in at), known=known)
     return out
-
-
-def _missing(x: Any) -> bool:
-    return x is None or (isinstance(x, float) and x != x) or x is pd.NA or x is pd.NaT
 
 
 def stats(layout: topology.Layout, free: int) -> dict[str, int | None]:

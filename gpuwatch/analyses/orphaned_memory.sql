@@ -49,27 +49,20 @@ suspect_gpus AS (
     -- (an hour of the stream that held more and has a row at or after its pod's end), from the rows
     -- elsewhere (the window's partial edge hours, or all of it when the rollup is not current)
     SELECT s.gpu_id
-    FROM rollup_stream_hours h
+    FROM rollup_hours($start, $end, NULL, NULL, NULL) h
     JOIN streams s USING (stream_id)
-    WHERE rollup_current(NULL, NULL, NULL)
-      AND h.hour >= rollup_inner_lo($start::TIMESTAMP, $end::TIMESTAMP)
-      AND h.hour < rollup_inner_hi($start::TIMESTAMP, $end::TIMESTAMP)
-      AND h.rows_max_fb_used_bytes > s.baseline AND h.rows_last_ts >= s.held_until
+    WHERE h.rows_max_fb_used_bytes > s.baseline AND h.rows_last_ts >= s.held_until
     UNION
     SELECT s.gpu_id
     FROM stg_sample_rows r
     JOIN streams s USING (stream_id)
-    WHERE r.ts >= $start::TIMESTAMP
-      AND r.ts < CASE WHEN rollup_current(NULL, NULL, NULL) THEN rollup_inner_lo($start::TIMESTAMP, $end::TIMESTAMP)
-                      ELSE $end::TIMESTAMP END
+    WHERE r.ts >= $start::TIMESTAMP AND r.ts < rollup_rows_before($start, $end, NULL, NULL, NULL)
       AND r.ts >= s.held_until AND r.fb_used_bytes > s.baseline
     UNION
     SELECT s.gpu_id
     FROM stg_sample_rows r
     JOIN streams s USING (stream_id)
-    WHERE r.ts >= CASE WHEN rollup_current(NULL, NULL, NULL) THEN rollup_inner_hi($start::TIMESTAMP, $end::TIMESTAMP)
-                       ELSE $end::TIMESTAMP END
-      AND r.ts < $end::TIMESTAMP
+    WHERE r.ts >= rollup_rows_after($start, $end, NULL, NULL, NULL) AND r.ts < $end::TIMESTAMP
       AND r.ts >= s.held_until AND r.fb_used_bytes > s.baseline
 ),
 suspects AS (

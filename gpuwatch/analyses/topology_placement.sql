@@ -82,27 +82,20 @@ evidence_parts AS (
     -- the judged pods' NVLink traffic (tx + rx bytes/s where both are known) as exact parts: the hourly
     -- rollup's hours where it is current, the rows at the window's partial edges or when it is not
     SELECT h.stream_id, h.rows_nvlink_part AS part, h.rows_nvlink_n AS n
-    FROM rollup_stream_hours h
-    WHERE rollup_current(NULL, NULL, NULL)
-      AND h.hour >= rollup_inner_lo($start::TIMESTAMP, $end::TIMESTAMP)
-      AND h.hour < rollup_inner_hi($start::TIMESTAMP, $end::TIMESTAMP)
-      AND h.stream_id IN (SELECT stream_id FROM judged_streams)
+    FROM rollup_hours($start, $end, NULL, NULL, NULL) h
+    WHERE h.stream_id IN (SELECT stream_id FROM judged_streams)
     UNION ALL
     SELECT r.stream_id, exact_part(r.nvlink_tx_bytes_per_second + r.nvlink_rx_bytes_per_second),
            count(r.nvlink_tx_bytes_per_second + r.nvlink_rx_bytes_per_second)
     FROM stg_sample_rows r
-    WHERE r.ts >= $start::TIMESTAMP
-      AND r.ts < CASE WHEN rollup_current(NULL, NULL, NULL) THEN rollup_inner_lo($start::TIMESTAMP, $end::TIMESTAMP)
-                      ELSE $end::TIMESTAMP END
+    WHERE r.ts >= $start::TIMESTAMP AND r.ts < rollup_rows_before($start, $end, NULL, NULL, NULL)
       AND r.stream_id IN (SELECT stream_id FROM judged_streams)
     GROUP BY r.stream_id
     UNION ALL
     SELECT r.stream_id, exact_part(r.nvlink_tx_bytes_per_second + r.nvlink_rx_bytes_per_second),
            count(r.nvlink_tx_bytes_per_second + r.nvlink_rx_bytes_per_second)
     FROM stg_sample_rows r
-    WHERE r.ts >= CASE WHEN rollup_current(NULL, NULL, NULL) THEN rollup_inner_hi($start::TIMESTAMP, $end::TIMESTAMP)
-                       ELSE $end::TIMESTAMP END
-      AND r.ts < $end::TIMESTAMP
+    WHERE r.ts >= rollup_rows_after($start, $end, NULL, NULL, NULL) AND r.ts < $end::TIMESTAMP
       AND r.stream_id IN (SELECT stream_id FROM judged_streams)
     GROUP BY r.stream_id
 ),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import re
 import tempfile
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,10 +27,6 @@ __all__ = ["LIST_PRICES", "BundleError", "bulk_end", "connect", "data_range", "h
 # DuckDB takes 80% of RAM by default; a store is one process among many (a pod, a laptop), so cap
 # it and let large sorts and windows spill to disk instead. Override: GPUWATCH_DUCKDB_MEMORY_LIMIT.
 DEFAULT_MEMORY_LIMIT = "2GB"
-# Staged tables that were views before they were materialised (refresh_streams.sql makes them from
-# staging.sql's <name>_def views after every load): a store written before then holds them as views.
-MATERIALISED = ("stg_prices", "stg_nodes", "stg_devices", "stg_mig_targets", "stg_gpus", "stg_pods", "stg_pod_status",
-                "stg_health", "stg_topology", "stg_processes", "stg_scheduler_pending")
 
 
 def connect(path: str | None, *, read_only: bool = False, memory_limit: str | None = None):
@@ -65,6 +62,12 @@ def connect(path: str | None, *, read_only: bool = False, memory_limit: str | No
     return con
 
 
+def materialised() -> tuple[str, ...]:
+    """The small staged tables refresh_streams.sql makes from staging.sql's ``<name>_def`` views after every
+    load (a store written before they were tables holds them as views)."""
+    return tuple(re.findall(r"CREATE OR REPLACE TABLE (\w+) AS SELECT \* FROM \1_def;", script("refresh_streams.sql")))
+
+
 def cursor(con: Any):
     """Another connection to ``con``'s store with the same session settings: its queries run beside
     ``con``'s and see what ``con`` has committed."""
@@ -88,8 +91,8 @@ def _stage(con: Any) -> None:
     write_topology_reference(con)
     con.execute("CREATE TABLE IF NOT EXISTS store_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
     for (name,) in con.execute("SELECT view_name FROM duckdb_views() WHERE view_name IN "
-                               f"({', '.join(repr(n) for n in MATERIALISED)})").fetchall():
-        con.execute(f"DROP VIEW {name}")  # an older store's: these are tables now (a name from MATERIALISED)
+                               f"({', '.join(repr(n) for n in materialised())})").fetchall():
+        con.execute(f"DROP VIEW {name}")  # an older store's: these are tables now (a name from materialised())
     con.execute(script("staging.sql"))
     con.execute("INSERT OR REPLACE INTO store_meta VALUES ('staging', ?), ('duckdb', ?), ('reference', ?)",
                 [staging_fingerprint(), duckdb.__version__, reference_fingerprint()])

@@ -85,18 +85,27 @@ CREATE OR REPLACE MACRO rollup_inner_hi(lo, hi) AS greatest(rollup_inner_lo(lo, 
 CREATE OR REPLACE MACRO rollup_hour_buckets(start, bucket_seconds) AS
     epoch(start) % 3600 = 0 AND bucket_seconds % 3600 = 0;
 
+-- The stored hours inside the window [lo, hi) when they are current for these thresholds (none
+-- otherwise), and the rows to read instead: [lo, rollup_rows_before) and [rollup_rows_after, hi) (the
+-- partial edge hours; all of the window when the hours are not current).
+CREATE OR REPLACE MACRO rollup_hours(lo, hi, idle_below, false_min, false_below) AS TABLE
+SELECT r.* FROM rollup_stream_hours r
+WHERE rollup_current(idle_below, false_min, false_below)
+  AND r.hour >= rollup_inner_lo(lo::TIMESTAMP, hi::TIMESTAMP) AND r.hour < rollup_inner_hi(lo::TIMESTAMP, hi::TIMESTAMP);
+CREATE OR REPLACE MACRO rollup_rows_before(lo, hi, idle_below, false_min, false_below) AS
+    CASE WHEN rollup_current(idle_below, false_min, false_below)
+         THEN rollup_inner_lo(lo::TIMESTAMP, hi::TIMESTAMP) ELSE hi::TIMESTAMP END;
+CREATE OR REPLACE MACRO rollup_rows_after(lo, hi, idle_below, false_min, false_below) AS
+    CASE WHEN rollup_current(idle_below, false_min, false_below)
+         THEN rollup_inner_hi(lo::TIMESTAMP, hi::TIMESTAMP) ELSE hi::TIMESTAMP END;
+
 -- The window [lo, hi) by stream and hour: stored hours when they are current, rows otherwise and at
 -- the window's partial edge hours. Sum a column over a stream's hours for its window total.
 CREATE OR REPLACE MACRO stream_hours(lo, hi, idle_below, false_min, false_below) AS TABLE
-SELECT r.* FROM rollup_stream_hours r
-WHERE rollup_current(idle_below, false_min, false_below)
-  AND r.hour >= rollup_inner_lo(lo::TIMESTAMP, hi::TIMESTAMP) AND r.hour < rollup_inner_hi(lo::TIMESTAMP, hi::TIMESTAMP)
+SELECT * FROM rollup_hours(lo, hi, idle_below, false_min, false_below)
 UNION ALL
-SELECT * FROM rollup_parts(lo::TIMESTAMP,
-                           CASE WHEN rollup_current(idle_below, false_min, false_below)
-                                THEN rollup_inner_lo(lo::TIMESTAMP, hi::TIMESTAMP) ELSE hi::TIMESTAMP END,
+SELECT * FROM rollup_parts(lo::TIMESTAMP, rollup_rows_before(lo, hi, idle_below, false_min, false_below),
                            idle_below, false_min, false_below)
 UNION ALL
-SELECT * FROM rollup_parts(CASE WHEN rollup_current(idle_below, false_min, false_below)
-                                THEN rollup_inner_hi(lo::TIMESTAMP, hi::TIMESTAMP) ELSE hi::TIMESTAMP END,
-                           hi::TIMESTAMP, idle_below, false_min, false_below);
+SELECT * FROM rollup_parts(rollup_rows_after(lo, hi, idle_below, false_min, false_below), hi::TIMESTAMP,
+                           idle_below, false_min, false_below);

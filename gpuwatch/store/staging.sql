@@ -9,6 +9,10 @@
 -- cost, so its instances' use must be too).
 CREATE OR REPLACE MACRO model_key(name) AS lower(trim(name));
 
+-- The small staged relations are defined as <name>_def views and kept as tables <name> (each made empty
+-- right after its definition, so the definitions after it bind against it; refresh_streams.sql fills
+-- them after every load, in dependency order).
+
 -- Precedence: the cluster's own prices (bundle prices.csv, `ingest --prices FILE`, the chart's
 -- prices.models) over the shipped list prices (only where `ingest --prices list` copied them in);
 -- price_source says which one applies to each model. A cluster price with a node_label
@@ -42,13 +46,11 @@ SELECT gpu_model, usd_per_gpu_hour, model_key, price_source, node_label,
        regexp_replace(split_part(node_label, '=', 1), '[^a-zA-Z0-9_]', '_', 'g') AS label_key,
        substr(node_label, length(split_part(node_label, '=', 1)) + 2) AS label_value
 FROM final;
--- (its table, empty until refresh_streams.sql fills it: the definitions below bind against it)
 CREATE OR REPLACE TABLE stg_prices AS SELECT * FROM stg_prices_def LIMIT 0;
 
 -- Node labels (the nodes file; kube_node_labels), one JSON object per node.
 CREATE OR REPLACE VIEW stg_nodes_def AS
 SELECT DISTINCT ON (node) node, CAST(nullif(trim(labels), '') AS JSON) AS labels FROM nodes ORDER BY node;
--- (its table, empty until refresh_streams.sql fills it: the definitions below bind against it)
 CREATE OR REPLACE TABLE stg_nodes AS SELECT * FROM stg_nodes_def LIMIT 0;
 
 -- The price of model key `key` on node `node_name`: {usd, source}. A price for a node label the node
@@ -107,7 +109,6 @@ final AS (
                  price_on(node, model_key(gpu_model || '/' || mig_profile)) AS profile_price FROM sized) s
 )
 SELECT * FROM final;
--- (its table, empty until refresh_streams.sql fills it: the definitions below bind against it)
 CREATE OR REPLACE TABLE stg_devices AS SELECT * FROM stg_devices_def LIMIT 0;
 
 -- MIG profiles a pod may be offered, per kind of GPU (model, FB total MiB) in the store, with what an
@@ -144,7 +145,6 @@ CROSS JOIN ref_mig_profiles p
 LEFT JOIN instances i ON i.gpu_model = k.gpu_model AND i.profile_id = p.profile_id
 LEFT JOIN ref_mig_captured r ON r.gpu_fb_mib = k.gpu_fb_mib AND r.profile_id = p.profile_id
 WHERE coalesce(i.memory_bytes, r.memory_mib) IS NOT NULL;
--- (its table, empty until refresh_streams.sql fills it: the definitions below bind against it)
 CREATE OR REPLACE TABLE stg_mig_targets AS SELECT * FROM stg_mig_targets_def LIMIT 0;
 
 -- Physical GPUs: one row per (node, gpu_uuid), its model (the whole-GPU row's: an instance row naming
@@ -164,7 +164,6 @@ final AS (
     FROM gpus g
 )
 SELECT * FROM final;
--- (its table, empty until refresh_streams.sql fills it: the definitions below bind against it)
 CREATE OR REPLACE TABLE stg_gpus AS SELECT * FROM stg_gpus_def LIMIT 0;
 
 -- Namespace -> team (the teams file): an exact name wins over a glob, a longer glob over a shorter one;
@@ -228,7 +227,6 @@ final AS (
                  price_on(node, model_key(gpu_model || '/' || mig_profile)) AS profile_price FROM capped) s
 )
 SELECT * FROM final;
--- (its table, empty until refresh_streams.sql fills it: the definitions below bind against it)
 CREATE OR REPLACE TABLE stg_pods AS SELECT * FROM stg_pods_def LIMIT 0;
 
 -- Samples are staged in four materialised tables. A load re-stages only the devices and time ranges it
@@ -471,13 +469,11 @@ clean AS (
     FROM raw
 )
 SELECT *, lead(ts) OVER (PARTITION BY namespace, pod, container ORDER BY ts) AS until_ts FROM clean;
--- (its table, empty until refresh_streams.sql fills it: the definitions below bind against it)
 CREATE OR REPLACE TABLE stg_pod_status AS SELECT * FROM stg_pod_status_def LIMIT 0;
 
 -- GPU health events (model.HEALTH_KINDS), one row per event.
 CREATE OR REPLACE VIEW stg_health_def AS
 SELECT DISTINCT ts, trim(node) AS node, trim(gpu_uuid) AS gpu_uuid, lower(trim(kind)) AS kind, code FROM health;
--- (its table, empty until refresh_streams.sql fills it: the definitions below bind against it)
 CREATE OR REPLACE TABLE stg_health AS SELECT * FROM stg_health_def LIMIT 0;
 
 -- GPU-to-GPU links (model.BUNDLE_COLUMNS["topology"], gpuwatch/topology.py): both directions of every pair,
@@ -500,7 +496,6 @@ ranked AS (
 SELECT DISTINCT ON (node, gpu_uuid, peer_gpu_uuid) node, gpu_uuid, peer_gpu_uuid, link, nvlinks, link_rank
 FROM ranked
 ORDER BY node, gpu_uuid, peer_gpu_uuid, link_rank, nvlinks DESC NULLS LAST;
--- (its table, empty until refresh_streams.sql fills it: the definitions below bind against it)
 CREATE OR REPLACE TABLE stg_topology AS SELECT * FROM stg_topology_def LIMIT 0;
 
 -- GPU compute processes (model.BUNDLE_COLUMNS["processes"]): names trimmed, empty pod_uid NULL, one row per
@@ -511,7 +506,6 @@ SELECT DISTINCT ON (ts, node, gpu_uuid, mig_gi_id, pid)
        in_pod, fb_used_bytes
 FROM processes
 ORDER BY ts, node, gpu_uuid, mig_gi_id, pid, fb_used_bytes DESC NULLS LAST;
--- (its table, empty until refresh_streams.sql fills it: the definitions below bind against it)
 CREATE OR REPLACE TABLE stg_processes AS SELECT * FROM stg_processes_def LIMIT 0;
 
 -- The batch schedulers' pending gauges (model.BUNDLE_COLUMNS["scheduler_pending"]): names trimmed, empty
@@ -523,5 +517,4 @@ SELECT DISTINCT ON (ts, scheduler, queue, job, status, unit)
        CASE WHEN isfinite(pending) THEN pending END AS pending
 FROM scheduler_pending
 ORDER BY ts, scheduler, queue, job, status, unit;
--- (its table, empty until refresh_streams.sql fills it: the definitions below bind against it)
 CREATE OR REPLACE TABLE stg_scheduler_pending AS SELECT * FROM stg_scheduler_pending_def LIMIT 0;
