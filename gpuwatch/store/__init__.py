@@ -41,8 +41,7 @@ def connect(path: str | None, *, read_only: bool = False, memory_limit: str | No
         con = duckdb.connect(":memory:" if path is None else str(path), read_only=read_only, config=config)
     except (duckdb.IOException, duckdb.CatalogException, duckdb.InvalidInputException) as exc:
         raise BundleError(f"{path}: not a gpuwatch store ({' '.join(str(exc).split())})") from None
-    con.execute("SET TimeZone = 'UTC'")
-    con.execute("SET enable_progress_bar = false")  # long queries must not draw on the caller's terminal
+    _session(con)
     if read_only and not _old_staging(con) and not has_table(con, "stg_sample_rows"):
         con.close()
         raise BundleError(f"{path}: not a gpuwatch store (no staged tables; create one with `gpuwatch ingest`)")
@@ -71,10 +70,14 @@ def materialised() -> tuple[str, ...]:
 def cursor(con: Any):
     """Another connection to ``con``'s store with the same session settings: its queries run beside
     ``con``'s and see what ``con`` has committed."""
-    other = con.cursor()
-    other.execute("SET TimeZone = 'UTC'")
-    other.execute("SET enable_progress_bar = false")
-    return other
+    return _session(con.cursor())
+
+
+def _session(con: Any):
+    """The settings every connection to a store runs with."""
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET enable_progress_bar = false")  # long queries must not draw on the caller's terminal
+    return con
 
 
 def _stage(con: Any) -> None:
