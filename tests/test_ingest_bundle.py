@@ -166,6 +166,25 @@ def test_linked_parquet_stages_the_same_as_a_copy(tmp_path):
         store.load_bundle(con, SAMPLE_DATA)
 
 
+def test_a_store_linked_before_samples_became_keys_and_readings_stays_linked(tmp_path):
+    """A linked store written before the split held ``samples`` as a view over the Parquet: its first
+    writable open keeps the link (sample_readings a view over it) and stages the same rows."""
+    db = tmp_path / "linked.duckdb"
+    con = store.connect(str(db))
+    store.link_bundle(con, SAMPLE_DATA)
+    staged = con.execute("SELECT * FROM stg_samples ORDER BY pod, device_key, ts").df()
+    con.execute("DROP VIEW samples; DROP VIEW sample_readings; DROP TABLE sample_keys")
+    con.execute("ALTER VIEW linked_samples RENAME TO samples")
+    con.execute("UPDATE store_meta SET value = 'an older gpuwatch' WHERE key = 'staging'")
+    con.close()
+    con = store.connect(str(db))
+    views = {v for (v,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    assert {"samples", "sample_readings", "linked_samples"} <= views
+    pd.testing.assert_frame_equal(con.execute("SELECT * FROM stg_samples ORDER BY pod, device_key, ts").df(), staged)
+    with pytest.raises(store.BundleError, match="linked"):
+        store.load_bundle(con, SAMPLE_DATA)
+
+
 @pytest.mark.parametrize(("ts", "row"), [
     (["2026-11-09T00:00:00Z", "9999-12-31T00:00:00Z", "2026-11-09T00:02:00Z"], 2),  # used to crash analyze
     (["2026-11-09T00:00:00Z", "2026-11-09T00:01:00Z", "2100-01-01T00:00:00Z"], 3),  # used to move the window

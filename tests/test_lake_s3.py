@@ -190,7 +190,7 @@ def test_a_newer_put_of_part_of_a_day_wins_over_the_older_whole_day(direct, tmp_
     assert lake("put", "--db", str(direct), "--to", str(root), "--cluster", CLUSTER) == 0
     shutil.copyfile(direct, fixed)
     con = store.connect(str(fixed))
-    con.execute("UPDATE samples SET gpu_util = 0.125 WHERE ts >= TIMESTAMP '2026-11-09 12:00'")
+    con.execute("UPDATE sample_readings SET gpu_util = 0.125 WHERE ts >= TIMESTAMP '2026-11-09 12:00'")
     con.close()
     assert lake("put", "--db", str(fixed), "--to", str(root), "--cluster", CLUSTER,
                 "--start", "2026-11-09T12:00:00Z", "--end", "2026-11-10T00:00:00Z") == 0  # the same window end

@@ -8,8 +8,10 @@ output must be byte for byte the same as after the whole load.
 from __future__ import annotations
 
 import random
+import shutil
 from pathlib import Path
 
+import duckdb
 import pandas as pd
 import pytest
 
@@ -19,7 +21,7 @@ from gpuwatch.store import restage
 from tests.support.bundles import by_hour, small_fleet, without_samples
 
 STAGED = {"stg_sample_rows": "stream_id, ts", "stg_streams": "stream_id", "stg_stream_dts": "stream_id, dt_seconds",
-          "stg_stream_aliases": "stream_id, raw_namespace, raw_pod"}
+          "stg_stream_aliases": "stream_id, raw_namespace, raw_pod, raw_container"}
 
 
 @pytest.fixture(scope="module")
@@ -61,11 +63,13 @@ def _load_byby_hour(db: Path, frames: dict, order: list[int], *, resend: list[in
     con.close()
 
 
-def _assert_same_staging(db: Path, reference: Path) -> None:
+def _assert_same_staging(db: Path, reference: Path, *, key_ids: bool = True) -> None:
+    """``key_ids``: the raw keys' ids too (the same unless two keys' hashes collided)."""
     mine, theirs = store.connect(str(db), read_only=True), store.connect(str(reference), read_only=True)
     for table, order in STAGED.items():
-        a = mine.execute(f"SELECT * FROM {table} ORDER BY {order}").df()
-        b = theirs.execute(f"SELECT * FROM {table} ORDER BY {order}").df()
+        columns = "*" if key_ids or table != "stg_stream_aliases" else "* EXCLUDE (key_id)"
+        a = mine.execute(f"SELECT {columns} FROM {table} ORDER BY {order}").df()
+        b = theirs.execute(f"SELECT {columns} FROM {table} ORDER BY {order}").df()
         pd.testing.assert_frame_equal(a, b, check_exact=True, obj=table)
     mine.close()
     theirs.close()
@@ -149,3 +153,68 @@ def test_a_small_load_restages_incrementally_by_default(frames, tmp_path, monkey
     store.load(con, {"samples": hours[-1]}, source="the last hour")
     assert full == []
     con.close()
+
+
+# Stand-ins for sample_key_id() (schema.sql), written into a test store: every key hashed to one id, and
+# a hash unlike the one the stored keys were written with (another DuckDB's), colliding often.
+ONE_ID = "CAST(0 AS BIGINT)"
+ANOTHER_HASH = "CAST(hash(gpu_uuid, 'another') % 3 AS BIGINT)"
+
+
+def _hash_keys_with(con, body: str) -> None:
+    con.execute(f"CREATE OR REPLACE MACRO sample_key_id(node, gpu_uuid, mig_gi_id, namespace, pod, container) AS {body}")
+
+
+@pytest.mark.parametrize("case", ["every key one id, one load", "another hash from the middle on, hours sent again"])
+def test_keys_whose_ids_collide_store_stage_and_find_what_one_load_does(case, bundle, frames, whole, tmp_path,
+                                                                         every_load_incremental):
+    """A key whose computed id another key holds gets the next free negative id, and its rows take their
+    ids from sample_keys (store/keys.py): nothing is merged, lost or found differently."""
+    db = tmp_path / "collide.duckdb"
+    con = store.connect(str(db))
+    if case.startswith("every key"):
+        _hash_keys_with(con, ONE_ID)
+        store.load_bundle(con, bundle)
+    else:
+        store.load_bundle(con, frames["static"])
+        hours = by_hour(frames["samples"])
+        middle = len(hours) // 2
+        for i in range(middle):
+            store.load(con, {"samples": hours[i]}, source=f"hour {i}")
+        _hash_keys_with(con, ANOTHER_HASH)
+        for i in [*range(middle, len(hours)), 0, middle, len(hours) - 1]:
+            store.load(con, {"samples": hours[i]}, source=f"hour {i}")
+    found = con.execute("SELECT count(*), count(DISTINCT key_id), count(DISTINCT (node, gpu_uuid, mig_gi_id, namespace, "
+                        "pod, container)), count(*) FILTER (WHERE key_id < 0) FROM sample_keys").fetchone()
+    assert found[0] == found[1] == found[2] and found[3] > 0  # one id per key, and the collision path taken
+    theirs = store.connect(str(whole[0]), read_only=True)
+    assert con.execute("SELECT * FROM samples ORDER BY ALL").fetchall() == \
+        theirs.execute("SELECT * FROM samples ORDER BY ALL").fetchall()
+    theirs.close()
+    con.close()
+    _assert_same_staging(db, whole[0], key_ids=False)
+    _assert_same_outputs(_analyze(db, tmp_path / "out"), whole[1])
+
+
+def test_a_store_with_samples_in_one_table_is_split_on_its_first_writable_open(whole, tmp_path):
+    """Stores written before samples became keys and readings held ``samples`` as one table with the
+    bundle's columns: the first writable open moves them and re-stages, changing no sample and no finding."""
+    db = tmp_path / "legacy.duckdb"
+    shutil.copyfile(whole[0], db)
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE legacy AS SELECT * FROM samples")
+    con.execute("DROP VIEW samples; DROP TABLE sample_readings; DROP TABLE sample_keys")
+    con.execute("ALTER TABLE legacy RENAME TO samples")
+    con.execute("UPDATE store_meta SET value = 'an older gpuwatch' WHERE key = 'staging'")
+    con.close()
+    con = store.connect(str(db))
+    kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables WHERE table_name IN "
+                             "('samples', 'sample_readings', 'sample_keys', 'legacy_samples')").fetchall())
+    assert kinds == {"samples": "VIEW", "sample_readings": "BASE TABLE", "sample_keys": "BASE TABLE"}
+    theirs = store.connect(str(whole[0]), read_only=True)
+    for query in ("SELECT * FROM samples ORDER BY ALL", "SELECT * FROM sample_keys ORDER BY ALL"):
+        assert con.execute(query).fetchall() == theirs.execute(query).fetchall(), query
+    theirs.close()
+    con.close()
+    _assert_same_staging(db, whole[0])
+    _assert_same_outputs(_analyze(db, tmp_path / "out"), whole[1])

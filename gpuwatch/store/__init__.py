@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpuwatch import mig, topology
+from gpuwatch.store import keys
 from gpuwatch.store.load import LIST_PRICES, link_bundle, load, load_bundle
 from gpuwatch.store.staged import node_ranges, refresh, script
 from gpuwatch.store.validate import BundleError
@@ -88,8 +89,10 @@ def _stage(con: Any) -> None:
 
     stale = _drop_old_staging(con)
     made_by = (_staged_by(con), _meta(con, "duckdb"))
+    legacy = _set_aside_legacy_samples(con)
     for name in ("schema.sql", "reclaim_audit.sql"):
         con.execute(script(name))
+    _split_legacy_samples(con, legacy)
     write_mig_reference(con)
     write_topology_reference(con)
     con.execute("CREATE TABLE IF NOT EXISTS store_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
@@ -157,6 +160,30 @@ def _drop_old_staging(con: Any) -> bool:
     if old:
         con.execute("DROP TABLE stg_samples")
     return old
+
+
+def _set_aside_legacy_samples(con: Any) -> str | None:
+    """Stores written before samples were split into keys and readings (schema.sql) hold ``samples`` as
+    a table (renamed legacy_samples here) or, linked, as a view over Parquet (renamed linked_samples)."""
+    kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables "
+                             "WHERE table_name IN ('samples', 'sample_readings')").fetchall())
+    if "sample_readings" in kinds or "samples" not in kinds:
+        return None
+    if kinds["samples"] == "VIEW":
+        con.execute("ALTER VIEW samples RENAME TO linked_samples")
+        return "linked"
+    con.execute("ALTER TABLE samples RENAME TO legacy_samples")
+    return "table"
+
+
+def _split_legacy_samples(con: Any, legacy: str | None) -> None:
+    """The set-aside samples into sample_keys and sample_readings (the caller re-stages)."""
+    if legacy == "linked":
+        keys.link(con)
+    elif legacy == "table":
+        joined = keys.register(con, "SELECT * FROM legacy_samples")
+        con.execute(f"INSERT INTO sample_readings {keys.readings('SELECT * FROM legacy_samples', joined=joined)}")
+        con.execute("DROP TABLE legacy_samples")
 
 
 def _old_staging(con: Any) -> bool:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.model import BUNDLE_COLUMNS
-from gpuwatch.store import bundle, columns
+from gpuwatch.store import bundle, columns, keys
 from gpuwatch.store.columns import ROW
 from gpuwatch.store.restage import replace_samples, restage_streams, stage_all
 from gpuwatch.store.staged import refresh
@@ -88,9 +88,9 @@ def link_bundle(con: Any, path: str | Path) -> dict[str, int]:
         bad = columns.first_bad(con, view, rules)
         if bad is not None:
             raise bad
-        con.execute("DROP TABLE IF EXISTS samples")
-        con.execute(f"CREATE OR REPLACE VIEW samples AS SELECT {', '.join(values)} FROM {bundle.parquet_source(samples)}")
-        counts["samples"] = con.execute("SELECT count(*) FROM samples").fetchall()[0][0]
+        con.execute(f"CREATE OR REPLACE VIEW linked_samples AS SELECT {', '.join(values)} FROM {bundle.parquet_source(samples)}")
+        keys.link(con)
+        counts["samples"] = con.execute("SELECT count(*) FROM sample_readings").fetchall()[0][0]
         _log(con, source=f"{path} (linked)", window=None, counts=counts)
         refresh(con)
     return counts
@@ -115,8 +115,9 @@ def _load(con: Any, parts: dict[str, tuple[Iterator, str]], *, source: str, wind
             _check_not_linked(con)
             pieces, file = parts["samples"]
             if cluster is None and not _has_samples(con):
-                # a first load replaces nothing: its checked rows go straight into samples (no copy)
-                counts["samples"] = sum(_insert_part(con, "samples", part, file=file, into="samples") for part in pieces)
+                # a first load replaces nothing: its checked rows go straight into sample_readings (no copy)
+                counts["samples"] = sum(_insert_part(con, "samples", part, file=file, into="sample_readings")
+                                        for part in pieces)
                 carried = stage_all(con)
             else:
                 for i, part in enumerate(pieces):
@@ -143,7 +144,11 @@ def _insert_part(con: Any, name: str, part, *, file: str, append: bool = False, 
     select = f"SELECT {', '.join(values)}{row} FROM {view} WHERE {columns.guard(rules)}"
     target = into or ("incoming_samples" if name == "samples" else "incoming")
     try:
-        if append or into:
+        if into:  # the keys first (checked by their own rules), then the readings
+            key_rules = [r for r in rules if r.column in keys.KEY]
+            joined = keys.register(con, f"SELECT {', '.join(values[1:7])} FROM {view} WHERE {columns.guard(key_rules)}")
+            return con.execute(f"INSERT INTO {target} {keys.readings(select, joined=joined)}").fetchall()[0][0]
+        if append:
             return con.execute(f"INSERT INTO {target} {select}").fetchall()[0][0]
         con.execute(f"CREATE OR REPLACE TEMP TABLE {target} AS {select}")
     except duckdb.Error as exc:
@@ -224,11 +229,11 @@ def _frame_view(con: Any, frame, *, label: str) -> tuple[str, dict[str, str]]:
 
 
 def _has_samples(con: Any) -> bool:
-    return con.execute("SELECT EXISTS (SELECT 1 FROM samples)").fetchall()[0][0]
+    return con.execute("SELECT EXISTS (SELECT 1 FROM sample_readings)").fetchall()[0][0]
 
 
 def _check_not_linked(con: Any) -> None:
-    if con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'samples'").fetchall()[0][0]:
+    if con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'sample_readings'").fetchall()[0][0]:
         raise BundleError("this store's samples are linked Parquet files (ingest --link); link again instead")
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from gpuwatch.store import keys
 from gpuwatch.store.staged import collisions, refresh, run, stream_salt
 
 # A load carrying more new samples than this share of the stored ones re-stages everything (one pass
@@ -22,8 +23,8 @@ FULL_SHARE = 0.25
 
 
 def replace_samples(con: Any) -> tuple[datetime, datetime] | None:
-    """Replace stored samples by ``incoming_samples`` (checked, without the row-number column) and
-    re-stage; returns the overall first and last new timestamp (None when there were none)."""
+    """Replace stored samples by ``incoming_samples`` (checked, the bundle's columns) and re-stage;
+    returns the overall first and last new timestamp (None when there were none)."""
     lo, hi, new = con.execute("SELECT min(ts), max(ts), count(*) FROM incoming_samples").fetchall()[0]
     stored = con.execute("SELECT count(*) FROM stg_sample_rows").fetchall()[0][0]
     if not new:
@@ -33,14 +34,16 @@ def replace_samples(con: Any) -> tuple[datetime, datetime] | None:
     incremental = bool(stored and new <= FULL_SHARE * stored)
     if incremental:  # what goes, counted before it goes
         run(con, "restage_carried.sql")
+    joined = keys.register(con, "SELECT * FROM incoming_samples")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE incoming_readings AS {keys.readings('SELECT * FROM incoming_samples', joined=joined)}")
     run(con, "replace_series.sql")
-    con.execute("INSERT INTO samples SELECT * FROM incoming_samples")
+    con.execute("INSERT INTO sample_readings SELECT * FROM incoming_readings")
     if incremental:
         _restage(con)
     else:
         refresh(con)
     run(con, "restage_drop.sql")
-    con.execute("DROP TABLE incoming_samples")
+    con.execute("DROP TABLE incoming_samples; DROP TABLE incoming_readings")
     return lo, hi
 
 
@@ -48,7 +51,7 @@ def stage_all(con: Any) -> tuple[datetime, datetime] | None:
     """After a first load (its rows went straight into samples): stage everything; the first and last
     timestamp (None without samples)."""
     refresh(con)
-    lo, hi = con.execute("SELECT min(ts), max(ts) FROM samples").fetchall()[0]
+    lo, hi = con.execute("SELECT min(ts), max(ts) FROM sample_readings").fetchall()[0]
     return None if lo is None else (lo, hi)
 
 

@@ -1,15 +1,16 @@
 -- What a load's samples replace (replace_series.sql): per device, the range between its first and last
--- new timestamp; and, per raw key, how many stored samples in those ranges go (the aliases' counts).
+-- new timestamp; and the key of every stored reading in those ranges (the aliases' counts lose them).
 CREATE OR REPLACE TEMP TABLE restage_carried AS
 SELECT node, gpu_uuid, mig_gi_id, min(ts) AS lo, max(ts) AS hi
 FROM incoming_samples
 GROUP BY node, gpu_uuid, mig_gi_id;
 
 CREATE OR REPLACE TEMP TABLE restage_removed AS
-SELECT s.node, s.gpu_uuid, s.mig_gi_id, s.namespace, s.pod, count(*) AS samples
-FROM samples s
-JOIN restage_carried c
-  ON s.node = c.node AND s.gpu_uuid = c.gpu_uuid AND s.mig_gi_id IS NOT DISTINCT FROM c.mig_gi_id
- AND s.ts BETWEEN c.lo AND c.hi
-WHERE s.ts BETWEEN (SELECT min(lo) FROM restage_carried) AND (SELECT max(hi) FROM restage_carried)
-GROUP BY ALL;
+SELECT r.key_id
+FROM sample_readings r
+JOIN (SELECT k.key_id, c.lo, c.hi
+      FROM sample_keys k
+      JOIN restage_carried c
+        ON k.node = c.node AND k.gpu_uuid = c.gpu_uuid AND k.mig_gi_id IS NOT DISTINCT FROM c.mig_gi_id) c
+  ON r.key_id = c.key_id AND r.ts BETWEEN c.lo AND c.hi
+WHERE r.ts BETWEEN (SELECT min(lo) FROM restage_carried) AND (SELECT max(hi) FROM restage_carried);

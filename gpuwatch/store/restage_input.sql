@@ -37,7 +37,7 @@ UPDATE restage_edge_rows r SET is_prev = r.ts IS NOT DISTINCT FROM e.prev_ts
 FROM restage_edges e WHERE r.stream_id = e.stream_id;
 
 CREATE OR REPLACE TEMP TABLE restage_values AS
-SELECT * FROM stg_sample_values(NULL, NULL, src := 'incoming_samples')
+SELECT * FROM stg_sample_values(NULL, NULL, src := 'incoming_readings')
 UNION ALL BY NAME
 SELECT * EXCLUDE (dt_seconds, next_dt_seconds, prev_reported, prev_effective, next_reported, next_effective, is_prev)
 FROM restage_edge_rows;

@@ -23,14 +23,25 @@ ALTER TABLE devices ADD COLUMN IF NOT EXISTS cuda_driver_version VARCHAR;
 ALTER TABLE devices ADD COLUMN IF NOT EXISTS numa_node INTEGER;
 ALTER TABLE devices ADD COLUMN IF NOT EXISTS nvlink_clique VARCHAR;
 
-CREATE TABLE IF NOT EXISTS samples (
-    ts TIMESTAMP NOT NULL,
+-- Samples are stored in two tables and read back through the view ``samples`` (the bundle's columns):
+-- sample_keys holds each raw key once, as loaded (node, gpu_uuid, mig_gi_id, namespace, pod, container),
+-- and sample_readings one row per sample with its key's id. Writing five text columns per sample cost
+-- more than writing every reading. A key's id is sample_key_id() of it, except where another key already
+-- holds that id (a hash collision, or a key stored by a DuckDB whose hash differed): then the key keeps
+-- the id it is stored under, or takes the next free negative id (store/keys.py, keys.sql).
+CREATE TABLE IF NOT EXISTS sample_keys (
+    key_id BIGINT NOT NULL,
     node VARCHAR NOT NULL,
     gpu_uuid VARCHAR NOT NULL,
     mig_gi_id INTEGER,
     namespace VARCHAR,
     pod VARCHAR,
-    container VARCHAR,
+    container VARCHAR
+);
+
+CREATE TABLE IF NOT EXISTS sample_readings (
+    ts TIMESTAMP NOT NULL,
+    key_id BIGINT NOT NULL,
     gpu_util DOUBLE,
     gr_engine_active DOUBLE,
     sm_active DOUBLE,
@@ -42,6 +53,18 @@ CREATE TABLE IF NOT EXISTS samples (
     nvlink_tx_bytes_per_second DOUBLE,
     nvlink_rx_bytes_per_second DOUBLE
 );
+
+-- A raw key's id as computed: a 63-bit DuckDB hash of the key (never negative).
+CREATE OR REPLACE MACRO sample_key_id(node, gpu_uuid, mig_gi_id, namespace, pod, container) AS
+    CAST(hash(node, gpu_uuid, mig_gi_id, namespace, pod, container) >> 1 AS BIGINT);
+
+-- The samples as the bundle has them (model.BUNDLE_COLUMNS["samples"]).
+CREATE OR REPLACE VIEW samples AS
+SELECT r.ts, k.node, k.gpu_uuid, k.mig_gi_id, k.namespace, k.pod, k.container,
+       r.gpu_util, r.gr_engine_active, r.sm_active, r.sm_occupancy, r.tensor_active, r.dram_active,
+       r.fb_used_bytes, r.power_watts, r.nvlink_tx_bytes_per_second, r.nvlink_rx_bytes_per_second
+FROM sample_readings r
+JOIN sample_keys k USING (key_id);
 
 CREATE TABLE IF NOT EXISTS pods (
     namespace VARCHAR NOT NULL,

@@ -231,8 +231,8 @@ CREATE OR REPLACE TABLE stg_pods AS SELECT * FROM stg_pods_def LIMIT 0;
 
 -- Samples are staged in four materialised tables. A load re-stages only the devices and time ranges it
 -- replaced (store/restage.py); a full refresh (store/staged.py) rebuilds them all. Both give the same rows:
---   stg_stream_aliases  each raw (node, gpu_uuid, mig_gi_id, namespace, pod) key -> its stream, with its
---                       sample count
+--   stg_stream_aliases  each raw key (sample_keys: node, gpu_uuid, mig_gi_id, namespace, pod, container)
+--                       -> its stream, with its sample count
 --   stg_stream_dts      per stream, how many series rows have each interval to their predecessor (the
 --                       series step is their median: kept as counts, a load updates it without a scan)
 --   stg_streams         one row per stream = (node, device, namespace, pod) after trimming, with what
@@ -251,21 +251,22 @@ CREATE OR REPLACE MACRO stream_id_of(salt, node, gpu_uuid, mig_gi_id, namespace,
 CREATE OR REPLACE MACRO stg_stream_salt() AS
     coalesce((SELECT CAST(value AS BIGINT) FROM store_meta WHERE key = 'stream_salt'), 0);
 
--- Raw keys, one pass over the samples. Units are never guessed from values here: every reader
--- converts from the unit its source declares and the bundle contract says ratios (a bundle gpu_util
--- above 1 is refused at load). ``src``: the table of raw rows ('samples', or a load's new rows).
-CREATE OR REPLACE MACRO stg_stream_aliases_for(salt, src := 'samples') AS TABLE
-WITH raw_keys AS (
-    SELECT node, gpu_uuid, mig_gi_id, namespace, pod,
-           count(*) AS samples
+-- Raw keys (sample_keys) with their sample counts, one pass over the readings' key ids. Units are never
+-- guessed from values here: every reader converts from the unit its source declares and the bundle
+-- contract says ratios (a bundle gpu_util above 1 is refused at load). ``src``: the table of readings
+-- ('sample_readings', or a load's new or replaced ones).
+CREATE OR REPLACE MACRO stg_stream_aliases_for(salt, src := 'sample_readings') AS TABLE
+WITH counted AS (
+    SELECT key_id, count(*) AS samples
     FROM query_table(src)
-    GROUP BY ALL
+    GROUP BY key_id
 ),
 keyed AS (
-    SELECT r.node, r.gpu_uuid, r.mig_gi_id, r.samples,
-           r.namespace AS raw_namespace, r.pod AS raw_pod,
-           nullif(trim(r.namespace), '') AS namespace, nullif(trim(r.pod), '') AS pod
-    FROM raw_keys r
+    SELECT c.key_id, k.node, k.gpu_uuid, k.mig_gi_id, c.samples,
+           k.namespace AS raw_namespace, k.pod AS raw_pod, k.container AS raw_container,
+           nullif(trim(k.namespace), '') AS namespace, nullif(trim(k.pod), '') AS pod
+    FROM counted c
+    JOIN sample_keys k USING (key_id)
 ),
 final AS (
     SELECT *, stream_id_of(salt, node, gpu_uuid, mig_gi_id, namespace, pod) AS stream_id
@@ -346,13 +347,13 @@ CREATE OR REPLACE MACRO series_lead(x, stream_id, in_series, ts) AS
 -- node range [node_lo, node_hi] (NULL = open): refresh() runs it a few nodes at a time, keeping each
 -- window sort in memory, and the result is the same as one pass over every node.
 -- dedup := FALSE skips the duplicate merge; only for a range refresh() has checked has no duplicates.
--- src: the raw rows ('samples'; a load's re-staging passes its new rows).
-CREATE OR REPLACE MACRO stg_sample_values(node_lo, node_hi, dedup := TRUE, src := 'samples') AS TABLE
+-- src: the readings ('sample_readings'; a load's re-staging passes its new ones), whose keys are in
+-- stg_stream_aliases.
+CREATE OR REPLACE MACRO stg_sample_values(node_lo, node_hi, dedup := TRUE, src := 'sample_readings') AS TABLE
 WITH cleaned AS NOT MATERIALIZED (
     -- NaN, ±inf and negative readings are missing, never 0; negative rates are counter resets
-    SELECT stream_id_of(stg_stream_salt(), s.node, s.gpu_uuid, s.mig_gi_id, nullif(trim(s.namespace), ''),
-                        nullif(trim(s.pod), '')) AS stream_id, s.ts,
-           nullif(trim(s.container), '') AS container,
+    SELECT a.stream_id, s.ts,
+           nullif(trim(a.raw_container), '') AS container,
            CASE WHEN isfinite(s.gpu_util) AND s.gpu_util >= 0 THEN s.gpu_util END AS gpu_util,
            CASE WHEN isfinite(s.gr_engine_active) AND s.gr_engine_active >= 0 THEN s.gr_engine_active END AS gr_engine_active,
            CASE WHEN isfinite(s.sm_active) AND s.sm_active >= 0 THEN s.sm_active END AS sm_active,
@@ -365,9 +366,10 @@ WITH cleaned AS NOT MATERIALIZED (
                 THEN s.nvlink_tx_bytes_per_second END AS nvlink_tx_bytes_per_second,
            CASE WHEN isfinite(s.nvlink_rx_bytes_per_second) AND s.nvlink_rx_bytes_per_second >= 0
                 THEN s.nvlink_rx_bytes_per_second END AS nvlink_rx_bytes_per_second,
-           nullif(trim(s.pod), '') IS NOT NULL AS has_pod
+           a.pod IS NOT NULL AS has_pod
     FROM query_table(src) s
-    WHERE (node_lo IS NULL OR s.node >= node_lo) AND (node_hi IS NULL OR s.node <= node_hi)
+    JOIN stg_stream_aliases a USING (key_id)
+    WHERE (node_lo IS NULL OR a.node >= node_lo) AND (node_hi IS NULL OR a.node <= node_hi)
 ),
 deduped AS (
     -- the same (ts, device, pod) loaded twice is one sample; max() keeps a known value over NULL
@@ -411,7 +413,7 @@ final AS (
 SELECT * FROM final;
 
 -- Rows: their values and their place in their series (the staged table stg_sample_rows); the values
--- come from the raw rows (stg_sample_rows_for) or, in a load's re-staging, from a table of values:
+-- come from the readings (stg_sample_rows_for) or, in a load's re-staging, from a table of values:
 -- the new rows' and their series neighbours' as staged (stg_sample_rows_of).
 CREATE OR REPLACE MACRO stg_series_place(ts, stream_id, in_series, reported, effective) AS {
     'dt_seconds': epoch(ts) - series_lag(epoch(ts), stream_id, in_series, ts),
@@ -421,7 +423,7 @@ CREATE OR REPLACE MACRO stg_series_place(ts, stream_id, in_series, reported, eff
     'next_reported': series_lead(reported, stream_id, in_series, ts),
     'next_effective': series_lead(effective, stream_id, in_series, ts)};
 
-CREATE OR REPLACE MACRO stg_sample_rows_for(node_lo, node_hi, dedup := TRUE, src := 'samples') AS TABLE
+CREATE OR REPLACE MACRO stg_sample_rows_for(node_lo, node_hi, dedup := TRUE, src := 'sample_readings') AS TABLE
 SELECT *, unnest(stg_series_place(ts, stream_id, in_series, reported, effective))
 FROM stg_sample_values(node_lo, node_hi, dedup := dedup, src := src);
 
