@@ -247,7 +247,8 @@ def test_a_store_from_0_1_0_is_restaged_when_opened(tmp_path):
     store.load(con, {"samples": _samples([{"ts": T0, "gpu_util": 0.1}])}, source="t")
     # 0.1.0 kept stg_samples as a table and had none of the stream tables
     con.execute("DROP VIEW stg_samples")
-    con.execute("DROP TABLE stg_sample_rows")
+    con.execute("DROP VIEW stg_sample_rows")
+    con.execute("DROP TABLE stg_sample_rows_stored")
     con.execute("DROP TABLE stg_streams")
     con.execute("DROP TABLE stg_stream_aliases")
     con.execute("CREATE TABLE stg_samples AS SELECT 1 AS stale")

@@ -154,11 +154,15 @@ def _meta(con: Any, key: str) -> str | None:
 
 
 def _drop_old_staging(con: Any) -> bool:
-    """Stores written before stg_samples became a view hold it as a table: drop it (it is derived;
-    the caller re-stages from the raw tables). True when it did."""
+    """Stores written before stg_samples became a view hold it as a table, and those written before
+    stg_sample_rows became one hold that: drop them (they are derived; the caller re-stages from the
+    raw tables). True when it did."""
     old = _old_staging(con)
     if old:
         con.execute("DROP TABLE stg_samples")
+    if con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'stg_sample_rows'").fetchall()[0][0]:
+        con.execute("DROP TABLE stg_sample_rows")
+        return True
     return old
 
 

@@ -39,13 +39,13 @@ FROM (SELECT * FROM stg_stream_dts UNION ALL SELECT * FROM restage_dts)
 GROUP BY stream_id, dt_seconds
 HAVING sum(n) > 0;
 
-DELETE FROM stg_sample_rows r
+DELETE FROM stg_sample_rows_stored r
 USING (SELECT t.stream_id, t.lo, t.hi, e.prev_ts, e.next_ts
        FROM restage_streams t LEFT JOIN restage_edges e USING (stream_id)) x
 WHERE r.stream_id = x.stream_id
   AND (r.ts BETWEEN x.lo AND x.hi OR (r.in_series AND (r.ts = x.prev_ts OR r.ts = x.next_ts)));
 
-INSERT INTO stg_sample_rows
+INSERT INTO stg_sample_rows_stored
 SELECT n.* FROM restage_rows n JOIN restage_streams t USING (stream_id) WHERE n.ts BETWEEN t.lo AND t.hi
 UNION ALL
 SELECT * FROM restage_neighbours;

@@ -21,14 +21,14 @@ SELECT r.stream_id,
        min(r.ts) FILTER (WHERE r.ts > t.hi) AS next_ts,
        arg_max(r.rowid, r.ts) FILTER (WHERE r.ts < t.lo) AS prev_rowid,
        arg_min(r.rowid, r.ts) FILTER (WHERE r.ts > t.hi) AS next_rowid
-FROM stg_sample_rows r
+FROM stg_sample_rows_stored r
 JOIN restage_streams t USING (stream_id)
 WHERE r.in_series
 GROUP BY r.stream_id;
 
 CREATE OR REPLACE TEMP TABLE restage_edge_rows AS
 SELECT *
-FROM stg_sample_rows
+FROM stg_sample_rows_stored
 WHERE rowid IN (SELECT prev_rowid FROM restage_edges UNION ALL SELECT next_rowid FROM restage_edges);
 
 ALTER TABLE restage_edge_rows ADD COLUMN is_prev BOOLEAN;

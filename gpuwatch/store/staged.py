@@ -46,7 +46,7 @@ def refresh(con: Any, *, chunk_rows: int | None = None) -> None:
     for lo, hi in ranges:
         if any(lo <= node <= hi for node in doubled):
             bounds = {"node_lo": lo, "node_hi": hi}
-            con.execute("DELETE FROM stg_sample_rows WHERE stream_id IN (SELECT stream_id FROM stg_stream_aliases "
+            con.execute("DELETE FROM stg_sample_rows_stored WHERE stream_id IN (SELECT stream_id FROM stg_stream_aliases "
                         "WHERE node >= $node_lo AND node <= $node_hi)", bounds)
             con.execute(chunk, {**bounds, "dedup": True})
     con.execute(script("refresh_dts.sql"))

@@ -349,6 +349,11 @@ CREATE OR REPLACE MACRO series_lead(x, stream_id, in_series, ts) AS
 -- dedup := FALSE skips the duplicate merge; only for a range refresh() has checked has no duplicates.
 -- src: the readings ('sample_readings'; a load's re-staging passes its new ones), whose keys are in
 -- stg_stream_aliases.
+-- A row's reported utilization: GPU_UTIL, else GR_ENGINE_ACTIVE (MIG has no GPU_UTIL); its effective
+-- one: SM_ACTIVE, or unknown. Derived where read (stg_sample_rows), not stored.
+CREATE OR REPLACE MACRO sample_reported(gpu_util, gr_engine_active) AS coalesce(gpu_util, gr_engine_active);
+CREATE OR REPLACE MACRO sample_effective(sm_active) AS sm_active;
+
 CREATE OR REPLACE MACRO stg_sample_values(node_lo, node_hi, dedup := TRUE, src := 'sample_readings') AS TABLE
 WITH cleaned AS NOT MATERIALIZED (
     -- NaN, ±inf and negative readings are missing, never 0; negative rates are counter resets
@@ -400,11 +405,7 @@ clamped AS (
     FROM deduped
 ),
 attributed AS (
-    -- reported = GPU_UTIL, else GR_ENGINE_ACTIVE (MIG has no GPU_UTIL); effective = SM_ACTIVE or unknown
-    SELECT * EXCLUDE (has_pod),
-           coalesce(gpu_util, gr_engine_active) AS reported,
-           sm_active AS effective,
-           has_pod AND coalesce(gpu_util, gr_engine_active) IS NOT NULL AS in_series
+    SELECT * EXCLUDE (has_pod), has_pod AND sample_reported(gpu_util, gr_engine_active) IS NOT NULL AS in_series
     FROM clamped
 ),
 final AS (
@@ -424,14 +425,21 @@ CREATE OR REPLACE MACRO stg_series_place(ts, stream_id, in_series, reported, eff
     'next_effective': series_lead(effective, stream_id, in_series, ts)};
 
 CREATE OR REPLACE MACRO stg_sample_rows_for(node_lo, node_hi, dedup := TRUE, src := 'sample_readings') AS TABLE
-SELECT *, unnest(stg_series_place(ts, stream_id, in_series, reported, effective))
+SELECT *, unnest(stg_series_place(ts, stream_id, in_series, sample_reported(gpu_util, gr_engine_active),
+                                  sample_effective(sm_active)))
 FROM stg_sample_values(node_lo, node_hi, dedup := dedup, src := src);
 
 CREATE OR REPLACE MACRO stg_sample_rows_of(values_src) AS TABLE
-SELECT *, unnest(stg_series_place(ts, stream_id, in_series, reported, effective))
+SELECT *, unnest(stg_series_place(ts, stream_id, in_series, sample_reported(gpu_util, gr_engine_active),
+                                  sample_effective(sm_active)))
 FROM query_table(values_src);
 
-CREATE TABLE IF NOT EXISTS stg_sample_rows AS SELECT * FROM stg_sample_rows_for(NULL, NULL) LIMIT 0;
+CREATE TABLE IF NOT EXISTS stg_sample_rows_stored AS SELECT * FROM stg_sample_rows_for(NULL, NULL) LIMIT 0;
+
+-- The staged rows as analyses read them: the stored columns and each row's reported and effective value.
+CREATE OR REPLACE VIEW stg_sample_rows AS
+SELECT *, sample_reported(gpu_util, gr_engine_active) AS reported, sample_effective(sm_active) AS effective
+FROM stg_sample_rows_stored;
 
 -- Every staged sample, wide: rows joined to their stream (ad-hoc queries, the app's time series).
 CREATE OR REPLACE VIEW stg_samples AS
