@@ -198,13 +198,17 @@ def test_keys_whose_ids_collide_store_stage_and_find_what_one_load_does(case, bu
 
 def test_a_store_with_samples_in_one_table_is_split_on_its_first_writable_open(whole, tmp_path):
     """Stores written before samples became keys and readings held ``samples`` as one table with the
-    bundle's columns: the first writable open moves them and re-stages, changing no sample and no finding."""
+    bundle's columns, aliases without key ids and staged rows as a table with reported and effective: the
+    first writable open moves the samples and re-stages, changing no sample and no finding."""
     db = tmp_path / "legacy.duckdb"
     shutil.copyfile(whole[0], db)
     con = duckdb.connect(str(db))
     con.execute("CREATE TABLE legacy AS SELECT * FROM samples")
+    con.execute("CREATE TABLE legacy_rows AS SELECT * FROM stg_sample_rows")
     con.execute("DROP VIEW samples; DROP TABLE sample_readings; DROP TABLE sample_keys")
-    con.execute("ALTER TABLE legacy RENAME TO samples")
+    con.execute("DROP VIEW stg_sample_rows; DROP TABLE stg_sample_rows_stored")
+    con.execute("ALTER TABLE legacy RENAME TO samples; ALTER TABLE legacy_rows RENAME TO stg_sample_rows")
+    con.execute("ALTER TABLE stg_stream_aliases DROP COLUMN key_id; ALTER TABLE stg_stream_aliases DROP COLUMN raw_container")
     con.execute("UPDATE store_meta SET value = 'an older gpuwatch' WHERE key = 'staging'")
     con.close()
     con = store.connect(str(db))

@@ -87,8 +87,10 @@ def _stage(con: Any) -> None:
     only what it touched."""
     import duckdb
 
-    stale = _drop_old_staging(con)
     made_by = (_staged_by(con), _meta(con, "duckdb"))
+    restage = _old_staging(con) or made_by != (staging_fingerprint(), duckdb.__version__)
+    if restage:
+        _drop_staged_samples(con)
     legacy = _set_aside_legacy_samples(con)
     for name in ("schema.sql", "reclaim_audit.sql"):
         con.execute(script(name))
@@ -102,7 +104,6 @@ def _stage(con: Any) -> None:
     con.execute(script("staging.sql"))
     con.execute("INSERT OR REPLACE INTO store_meta VALUES ('staging', ?), ('duckdb', ?), ('reference', ?)",
                 [staging_fingerprint(), duckdb.__version__, reference_fingerprint()])
-    restage = stale or made_by != (staging_fingerprint(), duckdb.__version__)
     if restage:  # the rollup is derived too, and its columns may have changed: made again
         con.execute("DROP TABLE IF EXISTS rollup_stream_hours; DROP TABLE IF EXISTS rollup_meta")
     con.execute(script("rollup.sql"))
@@ -153,17 +154,18 @@ def _meta(con: Any, key: str) -> str | None:
     return found[0][0] if found else None
 
 
-def _drop_old_staging(con: Any) -> bool:
-    """Stores written before stg_samples became a view hold it as a table, and those written before
-    stg_sample_rows became one hold that: drop them (they are derived; the caller re-stages from the
-    raw tables). True when it did."""
-    old = _old_staging(con)
-    if old:
-        con.execute("DROP TABLE stg_samples")
-    if con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'stg_sample_rows'").fetchall()[0][0]:
-        con.execute("DROP TABLE stg_sample_rows")
-        return True
-    return old
+# The staged sample relations, derived from the raw tables and rebuilt whole by a re-stage (staged.refresh).
+STAGED_SAMPLES = ("stg_samples", "stg_sample_rows", "stg_sample_rows_stored", "stg_stream_aliases", "stg_streams",
+                  "stg_stream_dts")
+
+
+def _drop_staged_samples(con: Any) -> None:
+    """Before a re-stage: drop the staged sample relations, table or view, whatever shape another
+    gpuwatch gave them (staging.sql's definitions bind against them as they are made)."""
+    kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables WHERE table_name IN "
+                             f"({', '.join(repr(n) for n in STAGED_SAMPLES)})").fetchall())
+    for name, kind in kinds.items():  # names from STAGED_SAMPLES
+        con.execute(f"DROP {'VIEW' if kind == 'VIEW' else 'TABLE'} {name}")
 
 
 def _set_aside_legacy_samples(con: Any) -> str | None:

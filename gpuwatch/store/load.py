@@ -1,7 +1,7 @@
 """Loading bundle data into the store: in-memory frames (the ingest readers) and bundle directories.
 
 One path for both: rows are typed and checked by DuckDB (columns.py, naming file, column and row),
-small tables are upserted by key, and samples replace only the series they carry: for each device
+small tables are upserted by key, and samples (stored as keys and readings: store/keys.py) replace only the series they carry: for each device
 (node, gpu_uuid, mig_gi_id) in the load, that device's stored samples between its own first and
 last new timestamp (replace_series.sql). Another node's samples, or this device's outside that
 range, are never touched. Everything happens in one transaction: a failed load leaves the store
@@ -71,9 +71,9 @@ def load_bundle(con: Any, path: str | Path, *, window: tuple[datetime, datetime]
 
 
 def link_bundle(con: Any, path: str | Path) -> dict[str, int]:
-    """Like load_bundle, but samples stay in the bundle's Parquet: ``samples`` becomes a view over the
-    files (checked once, here), and only the staged table is materialised (large fleets). The files
-    must stay where they are; linking again replaces the link."""
+    """Like load_bundle, but samples stay in the bundle's Parquet: ``linked_samples`` is a view over the
+    files (checked once, here), ``sample_readings`` a view over that (store/keys.py), and only the staged
+    table is materialised (large fleets). The files must stay where they are; linking again replaces the link."""
     files = bundle.find_files(path)
     samples = files.get("samples")
     if samples is None or not (samples.suffix == ".parquet" or samples.is_dir()):
