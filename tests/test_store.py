@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from gpuwatch import store
+from gpuwatch.store import restage
 
 T0 = pd.Timestamp("2026-11-09T00:00:00")
 H100 = "NVIDIA H100 80GB HBM3"
@@ -66,6 +67,24 @@ def test_a_full_refresh_merges_every_kind_of_duplicate_and_only_its_node(con, pa
         assert merged["sm_active"] == 0.1 and list(stg[stg["node"] == "n1"]["dt_seconds"].fillna(-1)) == [-1, 60, 60]
     if pair == "with and without a reading":
         assert merged["fb_used_bytes"] == 5.0 and bool(merged["in_series"])
+
+
+def test_a_sample_sent_with_several_containers_shows_the_greatest_known_one(con, monkeypatch):
+    """Rows of one (stream, ts) under several raw keys (containers "a", " b ", none): the merged sample
+    shows the greatest known container, trimmed (a staged row keeps it as its raw key), whether the full
+    staging or a load's re-staging merged them."""
+    t = [T0 + pd.Timedelta(seconds=s) for s in (0, 60, 120)]
+    rows = [{"ts": t[0], "gpu_util": 0.1, "container": "a"}, {"ts": t[1], "gpu_util": 0.2, "container": "a"},
+            {"ts": t[1], "gpu_util": 0.2, "container": " b "}, {"ts": t[1], "gpu_util": 0.2, "container": None},
+            {"ts": t[2], "gpu_util": 0.3, "container": None}]
+    store.load(con, {"samples": _samples(rows)}, source="whole")
+
+    def containers() -> list:
+        return [None if pd.isna(c) else c for c in _stg(con)["container"]]
+    assert containers() == ["a", "b", None]
+    monkeypatch.setattr(restage, "FULL_SHARE", float("inf"))
+    store.load(con, {"samples": _samples(rows[1:4])}, source="the middle again")  # re-staged incrementally
+    assert containers() == ["a", "b", None]
 
 
 def test_nan_inf_and_negative_readings_become_null_not_zero(con):

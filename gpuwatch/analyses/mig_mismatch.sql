@@ -88,7 +88,8 @@ run_peaks AS (
     FROM failed_runs f
     JOIN devices d ON d.namespace = f.namespace AND d.pod = f.pod
     JOIN stg_sample_rows r ON r.stream_id = d.stream_id AND r.ts >= f.run_from AND r.ts < f.ended_at
-    WHERE f.container IS NULL OR r.container IS NULL OR r.container = f.container
+    LEFT JOIN stg_stream_aliases c ON c.key_id = r.container_key  -- the sample's container
+    WHERE f.container IS NULL OR c.container IS NULL OR c.container = f.container
     GROUP BY ALL
 ),
 runs AS (

@@ -7,7 +7,7 @@ SELECT * REPLACE (-samples AS samples) FROM stg_stream_aliases_for($salt, src :=
 
 CREATE OR REPLACE TABLE stg_stream_aliases AS
 SELECT key_id, node, gpu_uuid, mig_gi_id, CAST(sum(samples) AS BIGINT) AS samples, raw_namespace, raw_pod,
-       raw_container, namespace, pod, stream_id
+       raw_container, namespace, pod, container, stream_id
 FROM (SELECT * FROM stg_stream_aliases UNION ALL BY NAME SELECT * FROM restage_delta)
-GROUP BY key_id, node, gpu_uuid, mig_gi_id, raw_namespace, raw_pod, raw_container, namespace, pod, stream_id
+GROUP BY key_id, node, gpu_uuid, mig_gi_id, raw_namespace, raw_pod, raw_container, namespace, pod, container, stream_id
 HAVING sum(samples) > 0;

@@ -264,7 +264,8 @@ WITH counted AS (
 keyed AS (
     SELECT c.key_id, k.node, k.gpu_uuid, k.mig_gi_id, c.samples,
            k.namespace AS raw_namespace, k.pod AS raw_pod, k.container AS raw_container,
-           nullif(trim(k.namespace), '') AS namespace, nullif(trim(k.pod), '') AS pod
+           nullif(trim(k.namespace), '') AS namespace, nullif(trim(k.pod), '') AS pod,
+           nullif(trim(k.container), '') AS container
     FROM counted c
     JOIN sample_keys k USING (key_id)
 ),
@@ -349,16 +350,16 @@ CREATE OR REPLACE MACRO series_lead(x, stream_id, in_series, ts) AS
 -- dedup := FALSE skips the duplicate merge; only for a range refresh() has checked has no duplicates.
 -- src: the readings ('sample_readings'; a load's re-staging passes its new ones), whose keys are in
 -- stg_stream_aliases.
--- A row's reported utilization: GPU_UTIL, else GR_ENGINE_ACTIVE (MIG has no GPU_UTIL); its effective
--- one: SM_ACTIVE, or unknown. Derived where read (stg_sample_rows), not stored.
+-- A row's reported utilization: GPU_UTIL, else GR_ENGINE_ACTIVE (MIG has no GPU_UTIL), stored; its
+-- effective one: SM_ACTIVE, or unknown, read as such (stg_sample_rows), not stored twice. (A stored
+-- reported lets DuckDB filter on it in the scan; coalesce() over two columns it cannot.)
 CREATE OR REPLACE MACRO sample_reported(gpu_util, gr_engine_active) AS coalesce(gpu_util, gr_engine_active);
 CREATE OR REPLACE MACRO sample_effective(sm_active) AS sm_active;
 
 CREATE OR REPLACE MACRO stg_sample_values(node_lo, node_hi, dedup := TRUE, src := 'sample_readings') AS TABLE
 WITH cleaned AS NOT MATERIALIZED (
     -- NaN, ±inf and negative readings are missing, never 0; negative rates are counter resets
-    SELECT a.stream_id, s.ts,
-           nullif(trim(a.raw_container), '') AS container,
+    SELECT a.stream_id, s.ts, s.key_id AS container_key,
            CASE WHEN isfinite(s.gpu_util) AND s.gpu_util >= 0 THEN s.gpu_util END AS gpu_util,
            CASE WHEN isfinite(s.gr_engine_active) AND s.gr_engine_active >= 0 THEN s.gr_engine_active END AS gr_engine_active,
            CASE WHEN isfinite(s.sm_active) AND s.sm_active >= 0 THEN s.sm_active END AS sm_active,
@@ -371,14 +372,17 @@ WITH cleaned AS NOT MATERIALIZED (
                 THEN s.nvlink_tx_bytes_per_second END AS nvlink_tx_bytes_per_second,
            CASE WHEN isfinite(s.nvlink_rx_bytes_per_second) AND s.nvlink_rx_bytes_per_second >= 0
                 THEN s.nvlink_rx_bytes_per_second END AS nvlink_rx_bytes_per_second,
-           a.pod IS NOT NULL AS has_pod
+           a.pod IS NOT NULL AS has_pod, a.container
     FROM query_table(src) s
     JOIN stg_stream_aliases a USING (key_id)
     WHERE (node_lo IS NULL OR a.node >= node_lo) AND (node_hi IS NULL OR a.node <= node_hi)
 ),
 deduped AS (
-    -- the same (ts, device, pod) loaded twice is one sample; max() keeps a known value over NULL
-    SELECT stream_id, ts, max(container) AS container,
+    -- the same (ts, device, pod) loaded twice is one sample; max() keeps a known value over NULL; its
+    -- container is the greatest known one, kept as the raw key it came with (container_key)
+    SELECT stream_id, ts,
+           coalesce(struct_extract(max({'container': container, 'key': container_key}) FILTER (WHERE container IS NOT NULL),
+                                   'key'), max(container_key)) AS container_key,
            max(gpu_util) AS gpu_util, max(gr_engine_active) AS gr_engine_active, max(sm_active) AS sm_active,
            max(sm_occupancy) AS sm_occupancy, max(tensor_active) AS tensor_active, max(dram_active) AS dram_active,
            max(fb_used_bytes) AS fb_used_bytes, max(power_watts) AS power_watts,
@@ -388,7 +392,7 @@ deduped AS (
     WHERE dedup
     GROUP BY stream_id, ts
     UNION ALL
-    SELECT * FROM cleaned WHERE NOT dedup
+    SELECT * EXCLUDE (container) FROM cleaned WHERE NOT dedup
 ),
 clamped AS (
     -- ratios above 1 happen (SM_ACTIVE on MIG GI entities, DCGM #152): clamp to 1 and flag the row
@@ -405,7 +409,8 @@ clamped AS (
     FROM deduped
 ),
 attributed AS (
-    SELECT * EXCLUDE (has_pod), has_pod AND sample_reported(gpu_util, gr_engine_active) IS NOT NULL AS in_series
+    SELECT * EXCLUDE (has_pod), sample_reported(gpu_util, gr_engine_active) AS reported,
+           has_pod AND sample_reported(gpu_util, gr_engine_active) IS NOT NULL AS in_series
     FROM clamped
 ),
 final AS (
@@ -425,32 +430,31 @@ CREATE OR REPLACE MACRO stg_series_place(ts, stream_id, in_series, reported, eff
     'next_effective': series_lead(effective, stream_id, in_series, ts)};
 
 CREATE OR REPLACE MACRO stg_sample_rows_for(node_lo, node_hi, dedup := TRUE, src := 'sample_readings') AS TABLE
-SELECT *, unnest(stg_series_place(ts, stream_id, in_series, sample_reported(gpu_util, gr_engine_active),
-                                  sample_effective(sm_active)))
+SELECT *, unnest(stg_series_place(ts, stream_id, in_series, reported, sample_effective(sm_active)))
 FROM stg_sample_values(node_lo, node_hi, dedup := dedup, src := src);
 
 CREATE OR REPLACE MACRO stg_sample_rows_of(values_src) AS TABLE
-SELECT *, unnest(stg_series_place(ts, stream_id, in_series, sample_reported(gpu_util, gr_engine_active),
-                                  sample_effective(sm_active)))
+SELECT *, unnest(stg_series_place(ts, stream_id, in_series, reported, sample_effective(sm_active)))
 FROM query_table(values_src);
 
 CREATE TABLE IF NOT EXISTS stg_sample_rows_stored AS SELECT * FROM stg_sample_rows_for(NULL, NULL) LIMIT 0;
 
--- The staged rows as analyses read them: the stored columns and each row's reported and effective value.
+-- The staged rows as analyses read them: the stored columns and each row's effective value.
 CREATE OR REPLACE VIEW stg_sample_rows AS
-SELECT *, sample_reported(gpu_util, gr_engine_active) AS reported, sample_effective(sm_active) AS effective
+SELECT *, sample_effective(sm_active) AS effective
 FROM stg_sample_rows_stored;
 
 -- Every staged sample, wide: rows joined to their stream (ad-hoc queries, the app's time series).
 CREATE OR REPLACE VIEW stg_samples AS
-SELECT r.ts, k.node, k.gpu_uuid, k.mig_gi_id, k.namespace, k.pod, r.container,
+SELECT r.ts, k.node, k.gpu_uuid, k.mig_gi_id, k.namespace, k.pod, c.container,
        r.gpu_util, r.gr_engine_active, r.sm_active, r.sm_occupancy, r.tensor_active, r.dram_active,
        r.fb_used_bytes, r.power_watts, r.nvlink_tx_bytes_per_second, r.nvlink_rx_bytes_per_second,
        r.ratio_clamped, k.device_key, r.reported, r.effective, k.team, k.gpu_share, k.usd_per_hour,
        r.in_series, r.dt_seconds, r.next_dt_seconds, r.prev_reported, r.prev_effective, r.next_reported,
        r.next_effective, CASE WHEN r.in_series THEN k.step_seconds END AS step_seconds, r.stream_id
 FROM stg_sample_rows r
-JOIN stg_streams k USING (stream_id);
+JOIN stg_streams k USING (stream_id)
+LEFT JOIN stg_stream_aliases c ON c.key_id = r.container_key;
 
 -- Series (docs/architecture.md#finding-semantics) inside a window, narrow: the rows of allocated pods that have a reported value,
 -- with dt_seconds / next_dt_seconds (intervals to the neighbouring samples) and prev_/next_ reported
