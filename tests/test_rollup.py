@@ -185,7 +185,7 @@ def test_a_store_staged_again_rebuilds_the_rollup(whole, tmp_path):
     con.execute("INSERT OR REPLACE INTO store_meta VALUES ('stream_salt', '5')")
     rows = con.execute("SELECT count(*) FROM stg_sample_rows").fetchone()[0]
     store.refresh(con)  # every stream id changes with the salt
-    # the rows' ids (stream_id_of per row) and the aliases' (per key) agree under the new salt
+    # the rows' ids (from their raw keys' aliases) and the streams' agree under the new salt
     assert con.execute("SELECT count(*) FROM stg_sample_rows SEMI JOIN stg_stream_aliases USING (stream_id) "
                        "SEMI JOIN stg_streams USING (stream_id)").fetchone()[0] == rows
     assert not _current(con, params)

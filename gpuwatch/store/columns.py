@@ -179,16 +179,16 @@ def _timestamp(column: str, x: str, source: str) -> tuple[str, list[Rule]]:
     """UTC TIMESTAMP from timestamps (naive = UTC), epoch seconds, or ISO-8601 text; every form is
     held to 2000-01-01 .. now + 1 day."""
     value, rules = _timestamp_value(column, x, source)
-    # an infinite timestamp (Parquet and DuckDB hold them) has no epoch: outside too; a timestamp
-    # source is compared as it is (the converted value is the same instant: 0.1 s less per 25M rows)
-    held = f"CAST({x} AS TIMESTAMPTZ)" if _is_timestamp(source) else value
-    outside = (f"(NOT isfinite({held}) OR {held} < to_timestamp({EARLIEST_EPOCH}) "
-               f"OR {held} > to_timestamp({_LATEST}))")
+    # an infinite timestamp (Parquet and DuckDB hold them) has no epoch: outside too
+    outside = f"(NOT isfinite({value}) OR epoch({value}) < {EARLIEST_EPOCH} OR epoch({value}) > {_LATEST})"
+    if _is_tz(source):  # the instant as it is, not converted three times (25M Parquet rows: 0.1 s less)
+        held = f"CAST({x} AS TIMESTAMPTZ)"
+        outside = f"(NOT isfinite({held}) OR {held} < to_timestamp({EARLIEST_EPOCH}) OR {held} > to_timestamp({_LATEST}))"
     return value, [*rules, Rule(column, outside, x, TS_MESSAGE)]
 
 
-def _is_timestamp(source: str) -> bool:
-    return source.startswith("TIMESTAMP") or source == "DATE"
+def _is_tz(source: str) -> bool:
+    return source.startswith("TIMESTAMP WITH TIME ZONE") or source.startswith("TIMESTAMPTZ")
 
 
 def _utc(tstz: str) -> str:
@@ -199,7 +199,7 @@ def _utc(tstz: str) -> str:
 
 
 def _timestamp_value(column: str, x: str, source: str) -> tuple[str, list[Rule]]:
-    if source.startswith("TIMESTAMP WITH TIME ZONE") or source.startswith("TIMESTAMPTZ"):
+    if _is_tz(source):
         return _utc(f"CAST({x} AS TIMESTAMPTZ)"), []
     if source.startswith("TIMESTAMP") or source == "DATE":
         return f"CAST({x} AS TIMESTAMP)", []

@@ -1,9 +1,9 @@
 """Loading bundle data into the store: in-memory frames (the ingest readers) and bundle directories.
 
 One path for both: rows are typed and checked by DuckDB (columns.py, naming file, column and row),
-small tables are upserted by key, and samples (stored as keys and readings: store/keys.py) replace only the series they carry: for each device
-(node, gpu_uuid, mig_gi_id) in the load, that device's stored samples between its own first and
-last new timestamp (replace_series.sql). Another node's samples, or this device's outside that
+small tables are upserted by key, and samples (stored as keys and readings: store/keys.py) replace
+only the series they carry: for each device (node, gpu_uuid, mig_gi_id) in the load, that device's
+stored samples between its own first and last new timestamp (replace_series.sql). Another node's samples, or this device's outside that
 range, are never touched. Everything happens in one transaction: a failed load leaves the store
 exactly as it was.
 """
@@ -145,8 +145,9 @@ def _insert_part(con: Any, name: str, part, *, file: str, append: bool = False, 
     target = into or ("incoming_samples" if name == "samples" else "incoming")
     try:
         if into:  # the keys first (checked by their own rules), then the readings
+            key_values = [v for c, v in zip(BUNDLE_COLUMNS[name], values, strict=True) if c in keys.KEY]
             key_rules = [r for r in rules if r.column in keys.KEY]
-            joined = keys.register(con, f"SELECT {', '.join(values[1:7])} FROM {view} WHERE {columns.guard(key_rules)}")
+            joined = keys.register(con, f"SELECT {', '.join(key_values)} FROM {view} WHERE {columns.guard(key_rules)}")
             return con.execute(f"INSERT INTO {target} {keys.readings(select, joined=joined)}").fetchall()[0][0]
         if append:
             return con.execute(f"INSERT INTO {target} {select}").fetchall()[0][0]

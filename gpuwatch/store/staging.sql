@@ -343,6 +343,12 @@ CREATE OR REPLACE MACRO series_lag(x, stream_id, in_series, ts) AS
 CREATE OR REPLACE MACRO series_lead(x, stream_id, in_series, ts) AS
     CASE WHEN in_series THEN lead(x) OVER (PARTITION BY stream_id, in_series ORDER BY ts) END;
 
+-- A row's reported utilization: GPU_UTIL, else GR_ENGINE_ACTIVE (MIG has no GPU_UTIL), stored; its
+-- effective one: SM_ACTIVE, or unknown, read as such (stg_sample_rows), not stored twice. (A stored
+-- reported lets DuckDB filter on it in the scan; coalesce() over two columns it cannot.)
+CREATE OR REPLACE MACRO sample_reported(gpu_util, gr_engine_active) AS coalesce(gpu_util, gr_engine_active);
+CREATE OR REPLACE MACRO sample_effective(sm_active) AS sm_active;
+
 -- Row values: clean values, one row per (stream, ts), units as ratios 0-1 (docs/architecture.md#finding-semantics). Every rule here is
 -- per node (dedup keys and series include the node), so the macro takes a
 -- node range [node_lo, node_hi] (NULL = open): refresh() runs it a few nodes at a time, keeping each
@@ -350,12 +356,6 @@ CREATE OR REPLACE MACRO series_lead(x, stream_id, in_series, ts) AS
 -- dedup := FALSE skips the duplicate merge; only for a range refresh() has checked has no duplicates.
 -- src: the readings ('sample_readings'; a load's re-staging passes its new ones), whose keys are in
 -- stg_stream_aliases.
--- A row's reported utilization: GPU_UTIL, else GR_ENGINE_ACTIVE (MIG has no GPU_UTIL), stored; its
--- effective one: SM_ACTIVE, or unknown, read as such (stg_sample_rows), not stored twice. (A stored
--- reported lets DuckDB filter on it in the scan; coalesce() over two columns it cannot.)
-CREATE OR REPLACE MACRO sample_reported(gpu_util, gr_engine_active) AS coalesce(gpu_util, gr_engine_active);
-CREATE OR REPLACE MACRO sample_effective(sm_active) AS sm_active;
-
 CREATE OR REPLACE MACRO stg_sample_values(node_lo, node_hi, dedup := TRUE, src := 'sample_readings') AS TABLE
 WITH cleaned AS NOT MATERIALIZED (
     -- NaN, ±inf and negative readings are missing, never 0; negative rates are counter resets
