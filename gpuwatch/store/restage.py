@@ -32,8 +32,9 @@ def replace_samples(con: Any) -> tuple[datetime, datetime] | None:
         restage_streams(con)
         return None
     incremental = bool(stored and new <= FULL_SHARE * stored)
+    run(con, "restage_carried.sql")
     if incremental:  # what goes, counted before it goes
-        run(con, "restage_carried.sql")
+        run(con, "restage_removed.sql")
     joined = keys.register(con, "SELECT * FROM incoming_samples")
     con.execute(f"CREATE OR REPLACE TEMP TABLE incoming_readings AS {keys.readings('SELECT * FROM incoming_samples', joined=joined)}")
     run(con, "replace_series.sql")

@@ -1,5 +1,6 @@
 -- A re-stage's working tables, once applied.
 DROP TABLE IF EXISTS restage_carried;
+DROP TABLE IF EXISTS restage_carried_keys;
 DROP TABLE IF EXISTS restage_removed;
 DROP TABLE IF EXISTS restage_delta;
 DROP TABLE IF EXISTS restage_streams;

@@ -25,7 +25,7 @@ ALTER TABLE devices ADD COLUMN IF NOT EXISTS nvlink_clique VARCHAR;
 
 -- Samples are stored in two tables and read back through the view ``samples`` (the bundle's columns):
 -- sample_keys holds each raw key once, as loaded (node, gpu_uuid, mig_gi_id, namespace, pod, container),
--- and sample_readings one row per sample with its key's id. Writing five text columns per sample cost
+-- and sample_readings one row per sample with its key's id. Writing six text columns per sample cost
 -- more than writing every reading. A key's id is sample_key_id() of it, except where another key already
 -- holds that id (a hash collision, or a key stored by a DuckDB whose hash differed): then the key keeps
 -- the id it is stored under, or takes the next free negative id (store/keys.py, keys.sql).
