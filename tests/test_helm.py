@@ -279,29 +279,7 @@ def test_the_scrape_convention_switch(convention):
         assert bool(drops) is (convention == "gpuwatch")
 
 
-# OpenCost's collector mode finds dcgm-exporter by a Service labelled dcgm-exporter (app,
-# app.kubernetes.io/name or app.kubernetes.io/component) and scrapes its port 9400 (the rule as
-# described in opencost/opencost#3110, modules/collector-source/pkg/collector/dcgmtargetprovider.go).
-OPENCOST_KEYS = ("app", "app.kubernetes.io/name", "app.kubernetes.io/component")
-
-
-def _opencost_targets(docs) -> list[dict]:
-    return [d.obj for d in docs if d.kind == "Service"
-            and any(d.obj["metadata"].get("labels", {}).get(k) == "dcgm-exporter" for k in OPENCOST_KEYS)
-            and any(p["port"] == 9400 for p in d.obj["spec"]["ports"])]
-
-
-def test_opencost_collector_discovery_finds_the_exporter_and_prometheus_scrapes_it_once():
-    docs = render()
-    found = _opencost_targets(docs)
-    assert len(found) == 1
-    pods = find(docs, "DaemonSet", "exporter")["spec"]["template"]["metadata"]["labels"]
-    assert found[0]["spec"]["selector"].items() <= pods.items()  # it reaches the exporter pods
-    assert found[0]["spec"]["ports"][0]["targetPort"] == "metrics"
-    monitor = find(docs, "ServiceMonitor", "exporter")["spec"]["selector"]["matchLabels"]
-    scraped = [d for d in docs if d.kind == "Service" and monitor.items() <= d.obj["metadata"]["labels"].items()]
-    assert [d.obj["metadata"]["name"] for d in scraped] == [find(docs, "Service", "exporter")["metadata"]["name"]]
-    assert _opencost_targets(render({"exporter": {"service": {"dcgmExporterDiscovery": False}}})) == []
+# OpenCost's discovery of the exporter: tests/test_helm_opencost.py
 
 
 # --- analyzer, app, report, derived ----------------------------------------------------------

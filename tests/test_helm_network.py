@@ -19,6 +19,7 @@ import pytest
 from tests.support.helm_chart import all_on_values, container, find, helm, pod_spec, render
 
 PROMETHEUS = {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+OPENCOST = [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "opencost"}}}]
 PROXY = {"app": {"oauth2Proxy": {"enabled": True, "existingSecret": "gpuwatch-oauth",
                                  "args": ["--provider=oidc", "--oidc-issuer-url=https://login.example.com"]}}}
 
@@ -53,8 +54,10 @@ def test_a_policy_for_every_component_by_default_and_none_when_off():
 def test_scrape_targets_accept_only_prometheus_on_their_metrics_port():
     spec = policies(render({"reclaim": {"enabled": True}}))
     for component, port in (("exporter", 9400), ("derived", 9401), ("reclaim", 9402)):
-        [rule] = spec[component]["ingress"]
+        rule, *others = spec[component]["ingress"]
         assert rule["from"] == [PROMETHEUS] and ports(rule) == {port}, component
+        # the exporter also admits OpenCost's collector (networkPolicy.exporterFrom), on that port only
+        assert [(o["from"], ports(o)) for o in others] == ([(OPENCOST, {port})] if component == "exporter" else [])
     for component in ("analyzer", "report", "app"):
         assert spec[component]["ingress"] == [] and "Ingress" in spec[component]["policyTypes"], component
 
