@@ -33,6 +33,7 @@ from tests.support.helm_chart import (
     pod_spec,
     render,
     render_raw,
+    with_choice,
 )
 
 DASHBOARDS = ROOT / "dashboards"
@@ -57,7 +58,7 @@ def all_on_docs():
 
 @pytest.mark.parametrize("value_set", VALUE_SETS)
 def test_lint_has_no_errors_or_warnings(value_set):
-    report = helm().lint(CHART, values_for(value_set), strict=True, namespace="gpuwatch")
+    report = helm().lint(CHART, with_choice(values_for(value_set)), strict=True, namespace="gpuwatch")
     problems = [m for m in report["messages"] if m["severity"] >= 2]
     assert report["errors"] == [] and problems == [], report
 
@@ -527,7 +528,7 @@ def test_packaged_chart_embeds_rules_and_dashboards(tmp_path):
     assert {f"gpuwatch/files/{p.name}" for p in DASHBOARDS.glob("*.json")} <= names
     assert not [n for n in names if n.endswith(".py") and "/files/" in n], "build.py must not ship"
     with helm().Chart.load(archive) as chart:  # the archive renders on its own (no link needed)
-        assert any("PrometheusRule" in text for text in chart.render({}, name="g", namespace="g").values())
+        assert any("PrometheusRule" in text for text in chart.render(with_choice({}), name="g", namespace="g").values())
 
 
 def test_notes_say_how_to_reach_the_app_and_check_the_exporter():

@@ -45,13 +45,26 @@ def all_on_values() -> dict:
     return yaml.safe_load(ALL_ON.read_text())
 
 
-def render_raw(values: dict | None = None, *, name: str = RELEASE, namespace: str = NAMESPACE) -> dict[str, str]:
+# Offline (helm template) the chart cannot look at the cluster, so exporter.mode=auto refuses to
+# render (tests/test_helm_exporter_mode.py): a render here states the choice a user of gpuwatch's
+# exporter makes, unless the values make their own (or ``choose=False``).
+OFFLINE_CHOICE = {"mode": "gpuwatch"}
+
+
+def with_choice(values: dict | None) -> dict:
+    values = dict(values or {})
+    values["exporter"] = {**OFFLINE_CHOICE, **(values.get("exporter") or {})}
+    return values
+
+
+def render_raw(values: dict | None = None, *, name: str = RELEASE, namespace: str = NAMESPACE,
+               choose: bool = True) -> dict[str, str]:
     """Template path -> rendered text (what `helm template` prints per file)."""
     with helm().Chart.load(CHART) as chart:
-        return chart.render(values or {}, name=name, namespace=namespace)
+        return chart.render(with_choice(values) if choose else (values or {}), name=name, namespace=namespace)
 
 
-def render(values: dict | None = None, **kwargs) -> list[Manifest]:
+def render(values: dict | None = None, **kwargs) -> list[Manifest]:  # kwargs: name, namespace, choose
     """Every object the chart renders for ``values`` (NOTES.txt and empty documents left out)."""
     out = []
     for template, text in sorted(render_raw(values, **kwargs).items()):

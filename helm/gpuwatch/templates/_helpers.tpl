@@ -187,3 +187,58 @@ spec:
   egress: {{ toJson (.egress | default list) }}
   {{- end }}
 {{- end }}
+
+{{/*
+The first install decision (exporter.mode), as one word: "gpuwatch" (gpuwatch's exporter DaemonSet
+replaces dcgm-exporter) or "cluster" (use the cluster's dcgm-exporter: gpuwatch deploys no
+exporter and ingests what it serves through Prometheus). exporter.enabled=false: no exporter.
+auto asks the cluster (gpuwatch.clusterDcgmExporter) and refuses to guess when it cannot see it.
+*/}}
+{{- define "gpuwatch.exporterMode" -}}
+{{- $e := .Values.exporter -}}
+{{- if not $e.enabled -}}
+cluster
+{{- else if ne $e.mode "auto" -}}
+{{- $e.mode -}}
+{{- else -}}
+{{- $found := include "gpuwatch.clusterDcgmExporter" . -}}
+{{- if eq $found "?" -}}
+{{- fail "exporter.mode=auto cannot see the cluster (helm template, Argo CD, --dry-run=client): set exporter.mode=cluster to use the cluster's dcgm-exporter (the GPU Operator's), or exporter.mode=gpuwatch to deploy gpuwatch's exporter in its place (README \"Install on Kubernetes\")" -}}
+{{- else if $found -}}
+cluster
+{{- else -}}
+gpuwatch
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The dcgm-exporter the cluster already runs, in words ("" = none; "?" = the cluster cannot be seen).
+Helm's lookup answers only during install/upgrade against a cluster; under `helm template` and
+--dry-run=client it returns nothing, which is told apart by kube-system being absent. Looked for:
+the GPU Operator's ClusterPolicy (nvidia.com/v1) with spec.dcgmExporter.enabled not false (the
+operator's default is on), and any DaemonSet labelled app or app.kubernetes.io/name *dcgm-exporter*
+(the operator's nvidia-dcgm-exporter, dcgm-exporter's own chart) that is not gpuwatch's.
+*/}}
+{{- define "gpuwatch.clusterDcgmExporter" -}}
+{{- $found := list -}}
+{{- /* the CRD first: a lookup of a kind the cluster does not serve fails the install */ -}}
+{{- if lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" "clusterpolicies.nvidia.com" -}}
+{{- range $policy := (lookup "nvidia.com/v1" "ClusterPolicy" "" "").items | default list -}}
+{{- if dig "spec" "dcgmExporter" "enabled" true $policy -}}
+{{- $found = append $found (printf "the GPU Operator's ClusterPolicy %s (spec.dcgmExporter.enabled)" $policy.metadata.name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range $ds := (lookup "apps/v1" "DaemonSet" "" "").items | default list -}}
+{{- $labels := $ds.metadata.labels | default dict -}}
+{{- if and (ne (get $labels "app.kubernetes.io/part-of") "gpuwatch") (regexMatch "(?i)dcgm-exporter" (printf "%s %s" (get $labels "app") (get $labels "app.kubernetes.io/name"))) -}}
+{{- $found = append $found (printf "DaemonSet %s/%s" $ds.metadata.namespace $ds.metadata.name) -}}
+{{- end -}}
+{{- end -}}
+{{- if $found -}}
+{{- join ", " $found -}}
+{{- else if not (lookup "v1" "Namespace" "" "kube-system") -}}
+?
+{{- end -}}
+{{- end -}}
