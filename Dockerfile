@@ -1,7 +1,8 @@
 # gpuwatch node exporter (`gpuwatch export`) on NVIDIA's DCGM image, so the `dcgm` source finds
 # libdcgm.so.4 and DCGM's Python bindings (pydcgm is not on PyPI; it ships with DCGM).
 #
-#   docker build -t gpuwatch-exporter .
+#   make image    # this and Dockerfile.gpuwatch, tagged as the chart pulls them
+#   docker build -t ghcr.io/gpuwatch/gpuwatch-exporter:<version> .
 #
 # Runs as uid 1000 by default: enough for the nvml source and for DCGM without profiling.
 # Profiling fields (DCGM_FI_PROF_*) with an embedded hostengine need root + CAP_SYS_ADMIN, and the
@@ -16,6 +17,8 @@ RUN apt-get update \
 RUN python3.11 -m venv /opt/gpuwatch
 COPY pyproject.toml README.md hatch_build.py /src/
 COPY gpuwatch /src/gpuwatch
+# the wheel carries the Streamlit pages (pyproject's force-include): without them it does not build
+COPY app /src/app
 # the exporter extra only: prometheus-client, nvidia-ml-py, grpcio, protobuf (no pandas/duckdb)
 RUN /opt/gpuwatch/bin/pip install --no-cache-dir "/src[exporter]"
 

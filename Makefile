@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint bench system-deps clean
+.PHONY: demo test lint bench system-deps clean image
 
 $(STAMP): pyproject.toml $(wildcard hatch_build.py)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,17 @@ bench: $(STAMP) system-deps
 	$(BIN)/python bench/prometheus_ingest.py
 	$(BIN)/python bench/reclaim.py
 	$(BIN)/python bench/app.py
+
+# The two images the Helm chart pulls, tagged as its values name them (image.repository,
+# exporter.image.repository; tag = Chart appVersion = gpuwatch.__version__). REGISTRY=... to push
+# elsewhere, then set those values to match. Needs docker (or DOCKER=podman).
+DOCKER ?= docker
+REGISTRY ?= ghcr.io/gpuwatch
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' gpuwatch/__init__.py)
+
+image:
+	$(DOCKER) build -f Dockerfile -t $(REGISTRY)/gpuwatch-exporter:$(VERSION) .
+	$(DOCKER) build -f Dockerfile.gpuwatch -t $(REGISTRY)/gpuwatch:$(VERSION) .
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache .ruff_cache tests/artifacts
