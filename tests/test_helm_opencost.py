@@ -168,7 +168,7 @@ def test_common_labels_may_not_set_the_keys_discovery_reads(key):
 
 
 def test_the_exporters_network_policy_admits_opencost_where_it_scrapes():
-    docs, _, pods = rendered({})
+    docs, _, _ = rendered({})
     policy = next(d.obj["spec"] for d in docs if d.kind == "NetworkPolicy" and d.component == "exporter")
     opencost = {"app.kubernetes.io/name": "opencost", "app.kubernetes.io/instance": "opencost"}
     admitted = [rule for rule in policy["ingress"] if SCRAPE_PORT in {p["port"] for p in rule["ports"]}

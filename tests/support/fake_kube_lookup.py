@@ -79,7 +79,7 @@ class FakeKube:
 
 def _handler(kube: FakeKube):
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (http.server's name)
+        def do_GET(self):
             path = self.path.split("?")[0].rstrip("/") or "/"
             kube.log.append(path)
             body = kube.answer(path)
