@@ -178,3 +178,11 @@ def test_the_exporters_network_policy_admits_opencost_where_it_scrapes():
     closed = render({"networkPolicy": {"exporterFrom": []}})
     spec = next(d.obj["spec"] for d in closed if d.kind == "NetworkPolicy" and d.component == "exporter")
     assert len(spec["ingress"]) == 1  # Prometheus only
+
+
+def test_notes_warn_when_the_exporter_is_not_where_opencost_knocks():
+    from tests.support.helm_chart import render_raw
+
+    assert "OpenCost" not in render_raw({})["gpuwatch/templates/NOTES.txt"]
+    notes = render_raw({"exporter": {"port": 9500}})["gpuwatch/templates/NOTES.txt"]
+    assert "OpenCost's collector scrapes dcgm-exporter pods at port 9400: with exporter.port=9500" in notes
