@@ -149,6 +149,13 @@ FIELDS: tuple[Field, ...] = (
           unit="B/s", column="nvlink_rx_bytes_per_second", old_name="dcgm_fi_prof_nvlink_rx_bytes"),
 )
 BY_ID: dict[int, Field] = {f.id: f for f in FIELDS}
+# Device-wide fields: DCGM reads them for the whole board (entity level DCGM_FE_GPU in
+# dcgmlib/src/dcgm_fields.cpp, DCGM v4.6.0, the entityLevel argument of each field's declaration).
+# On a MIG GPU dcgm-exporter serves them on every GPU-instance series, each with the board's value, so
+# a sum over instances counts the board once per instance: sum them as ``sum(max by (UUID) (...))``.
+# The rest are read per GPU instance or compute instance (FB_*, XID, the DCP ratios).
+DEVICE_WIDE: frozenset[int] = frozenset({100, 101, 140, 150, 155, 156, 202, 203, 204, 206, 207, 393, 394, 395, 449,
+                                         1009, 1010, 1011, 1012})
 BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
 # The default served set: dcgm-exporter's default counters plus SM_ACTIVE, SM_OCCUPANCY, NVLINK_TX/RX.
 # Rows with type None (driver/CUDA version, name, FB total, clock events, ECC totals) are read, not served.
