@@ -80,7 +80,7 @@ def prom(readings, tmp_path_factory):
              for p in compat.PROFILES for s, (fleet, snap) in readings.items()}
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             body = pages.get(self.path)
             self.send_response(200 if body else 404)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -137,7 +137,7 @@ CASES = [(p, s) for p in compat.PROFILES for s in ("simulate", "dcgm-h100-mig", 
 
 @pytest.mark.parametrize(("profile", "source"), CASES, ids=[f"{p}-{s}" for p, s in CASES])
 def test_device_wide_fields_count_once_per_gpu(prom, readings, profile, source):
-    fleet, snapshot = readings[source]
+    _, snapshot = readings[source]
     job = f"{profile}_{source}"
     boards = _boards(snapshot)
     assert 155 in boards  # power is served by every source here
