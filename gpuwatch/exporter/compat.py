@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuwatch import fields
 from gpuwatch.exporter.families import Options
 
 SHARED_MODES = ("one-pod", "per-pod")
@@ -79,9 +80,9 @@ PROFILES: dict[str, Profile] = {
                                    "instance) labelled with the last pod listed",
                                    ("4.6.0-4.8.3", "4.6.1-4.8.4")),
     "dcgm-exporter-4.9": Profile("4.9", "one-pod", "per-instance",
-                                 "the renamed fields in base units (ratio, bytes, Hz, J, B/s; names upstream does "
-                                 "not confirm are marked unverified), hostname; one series per GPU labelled with the "
-                                 "last pod listed", ("4.7.0-4.9.0", "4.7.0-4.9.0")),
+                                 "the renamed fields in base units (ratio, bytes, Hz, J, B/s) and "
+                                 "DCGM_FI_DEV_FB_CAPACITY_BYTES, hostname; one series per GPU labelled with the last "
+                                 "pod listed", ("4.7.0-4.9.0", "4.7.0-4.9.0")),
     "gpuwatch": Profile("4.8", "per-pod", "per-gpu",
                         "dcgm-exporter 4.8 names and units, hostname, each sharing pod's own GPU_UTIL and FB_USED "
                         "beside the device's series, a MIG GPU's device-wide fields once per GPU"),
@@ -100,9 +101,12 @@ def resolve(profile: str) -> str:
 
 
 def describe(name: str) -> str:
-    """One profile for ``--help`` and the README: the releases it covers, then what it serves."""
+    """One profile for ``--help`` and the README: the releases it covers, what it serves, and the
+    names or units it serves that no upstream source confirms (fields.py's evidence)."""
     p = PROFILES[name]
-    return f"{name}: {p.covers}: {p.summary}"
+    guessed = fields.unverified(p.naming)
+    return f"{name}: {p.covers}: {p.summary}" + (
+        f" (UNVERIFIED, no upstream source found: {', '.join(n.name for n in guessed)})" if guessed else "")
 
 
 def options(profile: str = DEFAULT, *, hostname_label: str | None = None, virtual_gpus: bool = False,

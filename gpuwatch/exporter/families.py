@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from gpuwatch import fields
 from gpuwatch.exporter.counters import Counter
 from gpuwatch.exporter.exp import ExpFamily
-from gpuwatch.exporter.metrics import METRICS, OWN_METRICS, RAW_METRICS
+from gpuwatch.exporter.metrics import OWN_METRICS
 from gpuwatch.exporter.own import Scrape, device_values
 from gpuwatch.exporter.spec import MIG_LABELS
 from gpuwatch.exporter.topology import TopologyView
@@ -92,14 +92,13 @@ def build(snapshot: Snapshot | None, attributed: Mapping[str, Sequence[Allocatio
                                        driver), pods, options) for r in ok]
     if options.device_wide == "per-gpu":
         targets = _device_wide_once(ok, targets, options, driver)
-    out = {spec.name: Metric(spec.name, spec.help, spec.type) for spec in METRICS}
     raw = _raw_families(options)
     if options.counters is not None:  # a counters file replaces the built-in DCGM set, in its order
-        out = {**{name: Metric(name, text, kind) for name, _, kind, text, _ in raw},
-               **{spec.name: out[spec.name] for spec in OWN_METRICS}}
-    for name, fid, kind, text, factor in raw:
-        if options.counters is None:
-            out[name] = Metric(*_declared(name, fid, kind, text, options.naming))
+        out = {name: Metric(name, text, kind) for name, _, kind, text, _ in raw}
+    else:  # the generation's default set, in its order
+        out = {name: Metric(*_declared(name, fid, kind, text, options.naming)) for name, fid, kind, text, _ in raw}
+    out |= {spec.name: Metric(spec.name, spec.help, spec.type) for spec in OWN_METRICS}
+    for name, fid, _kind, _text, factor in raw:
         samples, served = out[name].samples, out[name].name
         for series in targets:
             for labels, values in series:
@@ -123,12 +122,11 @@ def _raw_families(options: Options) -> list[tuple[str, int, str, str, float]]:
         return [(c.name, c.field_id, c.type, c.help, _factor(c.name)) for c in options.counters
                 if c.field_id is not None and c.type != "label"]
     out = []
-    for spec in RAW_METRICS:
-        if spec.profiling and not options.profiling:
+    for f in fields.series(options.naming):
+        if f.profiling and not options.profiling:
             continue
-        served, factor = _served(spec, options.naming)
-        out.append((spec.name, spec.field_id, spec.type, spec.help, factor) if served is None else
-                   (spec.name, spec.field_id, served.type, served.help, factor))
+        served = fields.name_of(f, options.naming)
+        out.append((f.name, f.id, served.type, served.help, f.to_base / served.to_base))
     return out
 
 
@@ -153,15 +151,6 @@ def _exp_family(family: ExpFamily, bases: Mapping[str, dict], timestamp: float |
         if s.device_key in bases:
             out.samples.append(Sample(family.name, bases[s.device_key] | dict(s.labels), s.value, timestamp))
     return out
-
-
-def _served(spec, naming: str) -> tuple[fields.Name | None, float]:
-    """The name, HELP, type this generation serves ``spec`` under, and the factor from the source's
-    unit (the 4.8 one) to it; (None, 1.0) where it is the 4.8 declaration."""
-    name = fields.name_of(fields.BY_ID[spec.field_id], naming)
-    if name is None or name.name == spec.name:
-        return None, 1.0
-    return name, name.field.to_base / name.to_base
 
 
 def _labels(names: tuple[str, ...], values: Mapping[str, str | None], options: Options) -> dict[str, str]:
