@@ -85,7 +85,8 @@ PROFILES: dict[str, Profile] = {
                                  "pod listed", ("4.7.0-4.9.0", "4.7.0-4.9.0")),
     "gpuwatch": Profile("4.8", "per-pod", "per-gpu",
                         "dcgm-exporter 4.8 names and units, hostname, each sharing pod's own GPU_UTIL and FB_USED "
-                        "beside the device's series, a MIG GPU's device-wide fields once per GPU"),
+                        "beside the device's series, a MIG GPU's device-wide fields once per GPU; this changes what "
+                        "averages over GPU_UTIL and {container!=\"\"} joins of peers' queries mean (README)"),
 }
 # Earlier names still accepted: dcgm-exporter-4.8 was the profile of 4.5.3-4.8.2 and older.
 ALIASES: dict[str, str] = {"dcgm-exporter-4.8": "dcgm-exporter-4.8.2"}
