@@ -84,11 +84,15 @@ EVIDENCE: dict[str, str] = {
     "1.x": "NVIDIA/dcgm-exporter etc/1.x-compatibility-metrics.csv at 4.5.3-4.8.2 (--use-old-namespace)",
     "dcgm-4.6": "NVIDIA/DCGM dcgmlib/dcgm_fields.h at v4.6.0 names the field's id so, and dcgm-exporter 4.9.0's "
                 "release notes rename the deprecated default fields to DCGM's new names",
+    "dcgm-4.6.1": "NVIDIA/go-dcgm pkg/dcgm/dcgm_fields.h at v1.4611.0 (b7fa315, DCGM 4.6.1's header): the "
+                  "base-unit field of that name and unit (ids 1603, 1604, 1611), for which the legacy id is "
+                  "deprecated; dcgm-exporter 4.9.0 reads the base-unit fields (its release notes)",
     "notes-4.9.0": "dcgm-exporter 4.9.0 release notes (GitHub release 4.9.0): names the series or label, or the "
                    "unit change (clocks to Hz, energy to J, utilization to a 0-1 ratio, memory to bytes, NVLink "
                    "to B/s)",
 }
-UNVERIFIED = "not confirmed upstream (no dcgm-exporter 4.9 counters file or DCGM 4.7 header was available): gpuwatch's guess"
+UNVERIFIED = ("not confirmed upstream (no dcgm-exporter 4.9 counters file, DCGM 4.7 header or 4.9 capture was "
+              "available; DCGM 4.6.1 has no such field): gpuwatch's guess")
 HELP49 = "gpuwatch's (4.9.0's HELP texts were not available): the 4.8 text with the 4.9 unit"
 
 _PCIE = " over the PCIe bus - including both protocol headers and data payloads - in bytes per second."
@@ -100,9 +104,10 @@ FIELDS: tuple[Field, ...] = (
     Field(5, "DCGM_FI_CUDA_DRIVER_VERSION", cite="input"),
     Field(50, "DCGM_FI_DEV_NAME", name49="DCGM_FI_DEV_GPU_NAME", cite="input", name49_cite="dcgm-4.6"),  # on a MIG GPU instance: the profile name
     Field(100, "DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", unit="MHz",
-          name49="DCGM_FI_DEV_SM_CLOCK_HERTZ", unit49="Hz", unit49_cite="notes-4.9.0"),
+          name49="DCGM_FI_DEV_SM_CLOCK_HERTZ", unit49="Hz", name49_cite="dcgm-4.6.1", unit49_cite="dcgm-4.6.1"),
     Field(101, "DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", unit="MHz",
-          name49="DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", unit49="Hz", unit49_cite="notes-4.9.0"),
+          name49="DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", unit49="Hz", name49_cite="dcgm-4.6.1",
+          unit49_cite="dcgm-4.6.1"),
     # Inputs, not served by default (``type`` None; a counters file row serves them): dcgm-exporter's
     # etc/default-counters.csv (4.5.3-4.8.2) lists no clock-event bitmask at all and ships the ECC
     # totals commented out, so serving them would break the default set's compatibility.
@@ -117,7 +122,8 @@ FIELDS: tuple[Field, ...] = (
     Field(155, "DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", "d", "W", "power_watts",
           old_name="dcgm_power_usage", name49="DCGM_FI_DEV_BOARD_POWER_WATTS", name49_cite="dcgm-4.6"),
     Field(156, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ).",
-          unit="mJ", name49="DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", unit49="J", unit49_cite="notes-4.9.0"),
+          unit="mJ", name49="DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", unit49="J", name49_cite="dcgm-4.6.1",
+          unit49_cite="dcgm-4.6.1"),
     Field(202, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.",
           name49="DCGM_FI_DEV_PCIE_REPLAY_TOTAL", name49_cite="dcgm-4.6"),
     Field(203, "DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", unit="%", column="gpu_util",
