@@ -11,12 +11,12 @@ import re
 
 import pytest
 
-from gpuwatch import analyses, fields
+from gpuwatch import analyses
 from gpuwatch.exporter import metrics
 from tests.conftest import ROOT
 
 README = ROOT / "README.md"
-GENERATED = {"metrics": metrics.markdown_table, "analyses": analyses.markdown_table, "fields": fields.evidence_table}
+GENERATED = {"metrics": metrics.markdown_table, "analyses": analyses.markdown_table, "fields": metrics.evidence_table}
 
 
 def _section(text: str, name: str) -> re.Match:
