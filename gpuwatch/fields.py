@@ -76,8 +76,8 @@ def to_base(unit: str) -> float:
 
 # Upstream evidence the field table cites, each read at the tag or commit named (nothing is quoted).
 EVIDENCE: dict[str, str] = {
-    "csv": "NVIDIA/dcgm-exporter etc/default-counters.csv at tags 4.5.3-4.8.2 (691c927) and 4.6.0-4.8.3: an "
-           "active row (name, TYPE, HELP, the unit the HELP names)",
+    "csv": "NVIDIA/dcgm-exporter etc/default-counters.csv at tag 4.5.3-4.8.2 (691c927): an active row (name, "
+           "TYPE, HELP, the unit the HELP names); 4.6.0-4.8.3's file has the same rows as far as it was read",
     "csv-commented": "NVIDIA/dcgm-exporter etc/default-counters.csv at 4.5.3-4.8.2: a commented-out row (name, TYPE, "
                      "HELP); gpuwatch enables it",
     "header": "NVIDIA/DCGM dcgmlib/dcgm_fields.h at v4.6.0: the field's name and description (bytes per "
