@@ -139,7 +139,7 @@ def test_opencost_finds_the_workload_pods_in_both_conventions(prom, exposition, 
     names = {n for n in re.findall(r"\b(DCGM_\w+)", query.expr)}
     want = _pods_serving(exposition, names)
     if not want:
-        pytest.skip(f"gpuwatch serves none of {sorted(names)} on this node")
+        pytest.skip(f"gpuwatch serves none of {sorted(names)}")
     for job in _jobs_of(convention):
         expr = re.sub(r"(DCGM_\w+)\{", rf'\1{{monitor="{job}",', query.expr)
         result = prom.query(expr)
