@@ -4,8 +4,9 @@ attribution laws every profile must keep.
 ``render_at`` is what ``gpuwatch export --source simulate --simulate-kubelet --compat PROFILE``
 serves at that instant (the kubelet's allocations come from the same fleet). Golden files are for
 review: ``pytest --update-golden`` rewrites them. The other tests check behaviour the golden files
-show: one device-level series per GPU and field, so sums over a family equal the per-UUID sums in
-every profile; on a shared GPU the dcgm-exporter profiles label that series with the pod the
+show: on a time-sliced node one device-level series per GPU and field, so sums over a family equal
+the per-UUID sums in every profile (a MIG GPU's device-wide fields repeat on each instance in the
+dcgm-exporter profiles, as upstream: tests/test_exporter_mig_sums.py); on a shared GPU the dcgm-exporter profiles label that series with the pod the
 kubelet listed last, gpuwatch's adds each pod's own GPU_UTIL/FB_USED and keeps the remainder on
 the device; no GPU_UTIL on MIG; units converted to DCGM's.
 """

@@ -215,7 +215,7 @@ def test_exporter_args_are_accepted_by_gpuwatch_export():
         assert parsed.listen == ":9400"
         assert parsed.kubelet_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
         assert parsed.no_profiling is (not exporter.get("profiling", True))
-        assert parsed.compat == exporter.get("compat", "dcgm-exporter-4.8")
+        assert parsed.compat == exporter.get("compat", "dcgm-exporter-4.8.2")
         assert parsed.hostname_label == (exporter.get("hostnameLabel") or None)  # None: the profile's
         assert parsed.kubernetes_virtual_gpus is exporter.get("kubernetesVirtualGpus", False)
         meta = exporter.get("kubernetes", {})
@@ -251,7 +251,9 @@ def test_pod_metadata_gets_a_list_only_cluster_role_and_the_token_only_when_on()
 
 
 def test_scrape_config_honours_exporter_labels_and_drops_the_target_pod():
-    docs = render(all_on_values())
+    values = all_on_values()
+    values["exporter"]["scrapeConvention"] = "gpuwatch"
+    docs = render(values)
     for kind, key in (("ServiceMonitor", "endpoints"), ("PodMonitor", "podMetricsEndpoints")):
         endpoint = find(docs, kind, "exporter")["spec"][key][0]
         assert endpoint["honorLabels"] is True
@@ -268,8 +270,10 @@ def test_scrape_config_honours_exporter_labels_and_drops_the_target_pod():
 
 @pytest.mark.parametrize("convention", ["gpuwatch", "dcgm-exporter"])
 def test_the_scrape_convention_switch(convention):
-    """gpuwatch: honorLabels and the target's pod labels dropped (pod = the workload); dcgm-exporter:
-    honorLabels false and the target's pod kept, so Prometheus moves the workload to exported_*."""
+    """gpuwatch: honorLabels and the target's pod labels dropped (pod = the workload); dcgm-exporter
+    (the default): honorLabels false and the target's pod kept, so Prometheus moves the workload to
+    exported_*, which metricRelabelings copy to pod/namespace/container (tests/test_helm_scrape_prometheus.py
+    scrapes both)."""
     values = all_on_values()
     values["exporter"]["scrapeConvention"] = convention
     docs = render(values)
@@ -278,6 +282,9 @@ def test_the_scrape_convention_switch(convention):
         assert endpoint["honorLabels"] is (convention == "gpuwatch")
         drops = [r for r in endpoint["relabelings"] if r.get("action") == "labeldrop"]
         assert bool(drops) is (convention == "gpuwatch")
+        copies = [r for r in endpoint.get("metricRelabelings", []) if r["sourceLabels"][0].startswith("exported_")]
+        assert [(r["sourceLabels"], r["targetLabel"]) for r in copies] == (
+            [([f"exported_{k}"], k) for k in ("pod", "namespace", "container")] if convention == "dcgm-exporter" else [])
 
 
 # OpenCost's discovery of the exporter: tests/test_helm_opencost.py

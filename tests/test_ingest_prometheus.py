@@ -33,6 +33,7 @@ from gpuwatch.analyses.params import params as analysis_params
 from gpuwatch.fleet import build_fleet, iter_samples
 from gpuwatch.fleet import command as simulate
 from gpuwatch.ingest import openmetrics, prometheus
+from gpuwatch.sources import simulate_extra
 from tests.support.prometheus import backfill, running
 
 pytestmark = pytest.mark.slow
@@ -121,7 +122,19 @@ def _expected_samples(fleet, window) -> pd.DataFrame:
         if d.is_mig:  # the exporter reads NVLink per GPU, never per MIG instance
             frame[["nvlink_tx_bytes_per_second", "nvlink_rx_bytes_per_second"]] = np.nan
         parts.append(frame)
-    return pd.concat(parts, ignore_index=True)
+    return _with_mig_board_power(fleet, pd.concat(parts, ignore_index=True))
+
+
+def _with_mig_board_power(fleet, frame: pd.DataFrame) -> pd.DataFrame:
+    """A MIG instance's power is its GPU's board power (the simulate source's mig_power_w of the GPU's
+    instances at that instant), as DCGM serves it on every instance."""
+    devices = {(d.gpu_uuid, d.mig_gi_id): d for d in fleet.devices}
+    mig = frame["mig_gi_id"].notna()
+    for (_t, _uuid), rows in frame[mig].groupby(["t", "gpu_uuid"]):
+        instances = [(devices[(r.gpu_uuid, int(r.mig_gi_id))], {"sm_active": r.sm_active,
+                      "gr_engine_active": r.gr_engine_active}) for r in rows.itertuples()]
+        frame.loc[rows.index, "power_watts"] = simulate_extra.mig_power_w(instances)
+    return frame
 
 
 def _keyed(frame: pd.DataFrame) -> pd.DataFrame:

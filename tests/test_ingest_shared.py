@@ -67,7 +67,7 @@ def test_per_process_fields_are_each_pods_share_only_where_served(fleet, loaded)
     assert shared
     for uuid, pods in shared.items():
         device = readings[uuid].values[203] / 100
-        for profile in ("dcgm-exporter-4.8", "dcgm-exporter-4.9"):
+        for profile in ("dcgm-exporter-4.8.2", "dcgm-exporter-4.8.4", "dcgm-exporter-4.9"):
             got = loaded[profile].loc[uuid, "gpu_util"]
             assert got.tolist() == pytest.approx([device] * len(got)), (profile, uuid)
         own = loaded["gpuwatch"].loc[uuid, "gpu_util"]
@@ -78,7 +78,7 @@ def test_per_process_fields_are_each_pods_share_only_where_served(fleet, loaded)
 
 
 def test_the_two_naming_generations_load_the_same_values(loaded):
-    a, b = loaded["dcgm-exporter-4.8"], loaded["dcgm-exporter-4.9"]
+    a, b = loaded["dcgm-exporter-4.8.2"], loaded["dcgm-exporter-4.9"]
     columns = [c for c in a.columns if c not in ("ts",) and pd.api.types.is_float_dtype(a[c])]
     pd.testing.assert_frame_equal(a[columns], b[columns], check_dtype=False, rtol=1e-9)
 

@@ -1,14 +1,16 @@
 """The peers' own PromQL against a REAL Prometheus scraping gpuwatch, in each compatibility profile.
 
 The queries are NVIDIA dcgm-exporter's Grafana dashboard and OpenCost's DCGM queries, kept verbatim in
-tests/fixtures/peer_queries/ (sources, commits and licences there). Per profile one exporter
-(``gpuwatch export --source simulate --simulate-kubelet`` serving the fleet's "shared" node: two of its
-GPUs time-sliced four ways) and one Prometheus (1s scrapes) run. Every query is run as an instant query
+tests/fixtures/peer_queries/ (sources, commits and licences there). Per profile and node one exporter
+(``gpuwatch export --source simulate --simulate-kubelet`` serving the fleet's "shared" node, two of its
+GPUs time-sliced four ways, or its MIG node, MIG GPUs beside whole ones) and one Prometheus (1s
+scrapes) run. Every query is run as an instant query
 and must return data exactly when the profile serves every metric it names (any one, for or-ed queries)
 under that name. The peers use dcgm-exporter 4.8 names, so in ``dcgm-exporter-4.9`` the queries of
 renamed fields must return nothing: a 4.9 user needs 4.9 queries. Queries of fields the simulated node
 does not report are skipped with the reason. Also checked: on every GPU, shared or not, the per-UUID sum
-of power, framebuffer used and utilisation is the device's own reading (the simulator's, at the scrape),
+of power, framebuffer used and utilisation is the device's own reading (the simulator's, at the scrape;
+on a MIG GPU power is the board's, repeated per instance as dcgm-exporter does or once in ``gpuwatch``),
 and OpenCost's device-level queries find one series per GPU (an expected failure in the per-pod
 ``gpuwatch`` profile, where a shared GPU's FB_USED is split into pod series). The results table is
 written to tests/artifacts/peer_queries.md and printed.
@@ -41,7 +43,10 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "peer_queries"
 ARTIFACT = ROOT / "tests" / "artifacts" / "peer_queries.md"
-GPUS, SEED, NODE = 40, 0, "gpu-node-004"  # the fleet's "shared" node: GPUs 0 and 1 time-sliced 4 ways
+GPUS, SEED = 40, 0
+# the fleet's "shared" node (GPUs 0 and 1 time-sliced 4 ways) and its MIG node (MIG GPUs beside whole ones)
+SHARED, MIG = "gpu-node-004", "gpu-node-002"
+NODES = (SHARED, MIG)
 SUMMED = ("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL")
 # Prometheus aligns subquery steps to the epoch: with seconds of data, a `[1m:1m]` subquery has a step
 # that sees them only when evaluated just past the next whole minute.
@@ -155,11 +160,11 @@ def shape(result: list[dict]) -> str:
 # --- the servers ---------------------------------------------------------------------------------
 
 @contextlib.contextmanager
-def exporter(tmp: Path, profile: str):
-    """``gpuwatch export`` on a free port, serving the shared node in ``profile``; yields host:port."""
+def exporter(tmp: Path, profile: str, node: str):
+    """``gpuwatch export`` on a free port, serving ``node`` in ``profile``; yields host:port."""
     port, log_path = free_port(), tmp / "exporter.log"
     cmd = [sys.executable, "-m", "gpuwatch", "export", "--source", "simulate", "--simulate-kubelet",
-           "--simulate-gpus", str(GPUS), "--simulate-seed", str(SEED), "--simulate-node", NODE,
+           "--simulate-gpus", str(GPUS), "--simulate-seed", str(SEED), "--simulate-node", node,
            "--compat", profile, "--listen", f"127.0.0.1:{port}"]
     with log_path.open("w") as log:
         process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -187,10 +192,19 @@ def _healthy(port: int) -> bool:
 @dataclass
 class Served:
     profile: str
+    node: str
     naming: str
     prom: Prometheus
     at: float  # when every query is evaluated
     variables: dict[str, str]
+
+    @property
+    def column(self) -> str:
+        return column(self.profile, self.node)
+
+
+def column(profile: str, node: str) -> str:
+    return profile if node == SHARED else f"{profile} (MIG node)"
 
 
 @dataclass
@@ -201,9 +215,9 @@ class Table:
     notes: list[str] = field(default_factory=list)
 
     def markdown(self) -> str:
-        profiles = list(compat.PROFILES)
+        profiles = [column(p, n) for n in NODES for p in compat.PROFILES]
         command = (f"gpuwatch export --source simulate --simulate-kubelet --simulate-gpus {GPUS} "
-                   f"--simulate-seed {SEED} --simulate-node {NODE} --compat PROFILE")
+                   f"--simulate-seed {SEED} --simulate-node {SHARED}|{MIG} --compat PROFILE")
         lines = [f"# Peer queries against gpuwatch ({Path(__file__).name})", "",
                  f"`{command}`, scraped every 1s by Prometheus; instant queries.", "",
                  "| source | query | " + " | ".join(profiles) + " |", "|---|---|" + "---|" * len(profiles)]
@@ -222,18 +236,27 @@ def table():
     print("\n" + results.markdown())
 
 
+@pytest.fixture(scope="module", params=NODES)
+def node(request) -> str:
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def source():
+def source(node):
     """The exporter's node built in-process the same way (the window holds "now"): readings and pods."""
     require_prometheus()
-    options = SourceOptions(node=NODE, simulate_gpus=GPUS, simulate_seed=SEED, simulate_node=NODE)
+    options = SourceOptions(node=node, simulate_gpus=GPUS, simulate_seed=SEED, simulate_node=node)
     src = simulate.open_source(options)
-    assert any(len(p) >= 2 for p in sharers(src, time.time()).values()), f"no GPU on {NODE} is shared now"
+    snapshot = src.read(time.time())
+    if node == SHARED:
+        assert any(len(p) >= 2 for p in sharers(src, time.time()).values()), f"no GPU on {node} is shared now"
+    else:
+        assert any(r.device.is_mig for r in snapshot.readings), f"no MIG GPU on {node}"
     return src
 
 
 @pytest.fixture(scope="module")
-def provided(source, table) -> frozenset[int]:
+def provided(source, node, table) -> frozenset[int]:
     """Field ids the simulated node reports (within simulate.PROVIDED_FIELD_IDS where that is declared)."""
     snapshot = source.read(time.time())
     seen = {fid for r in snapshot.readings for fid in r.values}
@@ -241,7 +264,7 @@ def provided(source, table) -> frozenset[int]:
     if declared is not None:
         assert seen <= declared, f"simulate reports fields it does not declare: {sorted(seen - declared)}"
         missing = sorted(declared - seen) or "none"
-        table.notes.append(f"fields simulate declares but does not report on {NODE}: {missing}")
+        table.notes.append(f"fields simulate declares but does not report on {node}: {missing}")
     return frozenset(seen)
 
 
@@ -253,17 +276,17 @@ def sharers(src, t: float) -> dict[str, set[tuple[str, str]]]:
 
 
 @pytest.fixture(scope="module", params=list(compat.PROFILES))
-def served(request, tmp_path_factory, source, table):
+def served(request, tmp_path_factory, node, source, table):
     """One exporter in the profile and one Prometheus scraping it, once it holds three scrapes."""
     profile = request.param
     tmp = tmp_path_factory.mktemp(profile)
-    with exporter(tmp, profile) as target, running(tmp, targets=[target], interval="1s") as prom:
+    with exporter(tmp, profile, node) as target, running(tmp, targets=[target], interval="1s") as prom:
         prom.wait_for('count_over_time(up{job="gpuwatch"}[1m]) >= 3')
         up = {r["metric"]["source"] for r in prom.query("gpuwatch_source_up == 1")}
         assert up == {"simulate", "kubelet", "topology"}, f"a source is down: up are {up}"
         at = time.time()
-        variables = dashboard_variables(prom, at, profile, table)
-        yield Served(profile, compat.PROFILES[profile].naming, prom, at, variables)
+        variables = dashboard_variables(prom, at, column(profile, node), table)
+        yield Served(profile, node, compat.PROFILES[profile].naming, prom, at, variables)
 
 
 def dashboard_variables(prom: Prometheus, at: float, profile: str, table) -> dict[str, str]:
@@ -291,7 +314,7 @@ def test_peer_query_returns_data_where_its_metrics_are_served(served, provided, 
                None: f"; skipped: {expect.reason}"}[expect.data]
     wrong = expect.data is not None and bool(result) != expect.data
     cell = shape(result) + verdict + (" **unexpected**" if wrong else "")
-    table.rows[(query.source, query.name)][served.profile] = cell
+    table.rows[(query.source, query.name)][served.column] = cell
     if expect.data is None:
         pytest.skip(expect.reason)
     assert bool(result) == expect.data, f"{served.profile}: {expr}\n-> {result[:3]}"
@@ -306,11 +329,11 @@ def test_opencost_device_level_queries_see_one_series_per_gpu(served, provided, 
     key = (query.source, f"{query.name}: series per GPU")
     expect = expectation(query, served.naming, provided)
     if expect.data is not True:
-        table.rows[key][served.profile] = f"skipped: {expect.reason}"
+        table.rows[key][served.column] = f"skipped: {expect.reason}"
         pytest.skip(expect.reason)
     counts = served.prom.query(query.series_per_gpu, at=served.at)
     split = {r["metric"]["UUID"]: int(float(r["value"][1])) for r in counts if float(r["value"][1]) > 1}
-    table.rows[key][served.profile] = (f"{len(split)} GPUs as {sorted(set(split.values()))} series (xfail)"
+    table.rows[key][served.column] = (f"{len(split)} GPUs as {sorted(set(split.values()))} series (xfail)"
                                        if split else f"1 each ({len(counts)} GPUs)")
     if split and compat.PROFILES[served.profile].shared_gpus == "per-pod":
         pytest.xfail(f"the per-pod profile splits shared GPUs into pod series {split}: OpenCost's "
@@ -319,8 +342,11 @@ def test_opencost_device_level_queries_see_one_series_per_gpu(served, provided, 
 
 
 def test_per_gpu_sums_are_the_device_reading(served, source, table):
-    """sum by (UUID) of power, FB used and utilisation = the device's reading, on shared GPUs too."""
+    """sum by (UUID) of power, FB used and utilisation = the device's reading, on shared GPUs too; on a
+    MIG GPU the instances' own values add up, and a device-wide field (power) is the board's once per
+    instance series (dcgm-exporter's shape) or once per GPU (``gpuwatch``)."""
     naming, per_pod = served.naming, compat.PROFILES[served.profile].shared_gpus == "per-pod"
+    once = compat.PROFILES[served.profile].device_wide == "per-gpu"
     names = {f: fields.name_of(fields.BY_NAME[f], naming) for f in SUMMED}
     query = served.prom.query
     stamps = {float(r["value"][1]) for n in names.values() for r in query(f"timestamp({n.name})", at=served.at)}
@@ -330,24 +356,30 @@ def test_per_gpu_sums_are_the_device_reading(served, source, table):
     split = {fid for r in snapshot.readings for p in r.processes for fid in p.values} if per_pod else set()
     for f, n in names.items():
         counts = _by_uuid(query(f"count by (UUID) ({n.name})", at=served.at))
-        assert counts == _series_per_gpu(snapshot, pods, fields.BY_NAME[f].id, split), f"series of {n.name}"
+        assert counts == _series_per_gpu(snapshot, pods, fields.BY_NAME[f].id, split, once), f"series of {n.name}"
     sums = _rounded({f: _by_uuid(query(f"sum by (UUID) ({n.name})", at=served.at)) for f, n in names.items()})
     # the exporter read its source at most one interval (1s) before the scrape
-    read_at = next((t for t in (stamp - 0.05 * k for k in range(30)) if _readings(source, t, names) == sums), None)
-    table.notes.append(f"{served.profile}: per-GPU sums of {', '.join(n.name for n in names.values())} "
-                       + ("= the device readings" if read_at else "DIFFER from the device readings"))
+    read_at = next((t for t in (stamp - 0.05 * k for k in range(30)) if _readings(source, t, names, once) == sums), None)
+    table.notes.append(f"{served.column}: per-GPU sums of {', '.join(n.name for n in names.values())} "
+                       + ("= the device readings" if read_at else "DIFFER from the device readings")
+                       + ("" if once or served.node == SHARED else
+                          " (a MIG GPU's power once per instance, as dcgm-exporter serves it)"))
     assert read_at is not None, f"per-GPU sums {sums} match no reading in the second before {stamp}"
 
 
-def _series_per_gpu(snapshot, pods: dict, fid: int, split: set[int]) -> dict[str, int]:
-    """One series per GPU; in a per-pod profile a shared GPU whose field the source measures per
-    process has one for the unattributed remainder plus one per sharing pod."""
-    out = {}
+def _series_per_gpu(snapshot, pods: dict, fid: int, split: set[int], once: bool) -> dict[str, int]:
+    """One series per device (a GPU, or each MIG instance); in a per-pod profile a shared GPU whose field
+    the source measures per process has one for the unattributed remainder plus one per sharing pod;
+    ``once``: a MIG GPU's device-wide field is one series for the GPU."""
+    out: dict[str, int] = defaultdict(int)
     for r in snapshot.readings:
         if fid in r.values:
-            sharing = pods[r.device.gpu_uuid]
-            out[r.device.gpu_uuid] = 1 + len(sharing) if len(sharing) > 1 and fid in split else 1
-    return out
+            uuid, sharing = r.device.gpu_uuid, pods[r.device.gpu_uuid]
+            if once and r.device.is_mig and fid in fields.DEVICE_WIDE:
+                out[uuid] = 1
+            else:
+                out[uuid] += 1 + len(sharing) if len(sharing) > 1 and fid in split else 1
+    return dict(out)
 
 
 def _by_uuid(result: list[dict]) -> dict[str, float]:
@@ -358,14 +390,19 @@ def _rounded(by_field: dict[str, dict[str, float]]) -> dict:
     return {f: {u: round(v, 6) for u, v in values.items()} for f, values in by_field.items()}
 
 
-def _readings(source, t: float, names: dict) -> dict:
-    """The source's device values at ``t`` in each name's unit, per GPU UUID (rounded like _rounded)."""
+def _readings(source, t: float, names: dict, once: bool) -> dict:
+    """The source's device values at ``t`` in each name's unit, per GPU UUID (rounded like _rounded): a
+    MIG GPU's instances added up, its device-wide fields only once with ``once``."""
     readings, out = source.read(t).readings, {}
     for f, n in names.items():
         dcgm, totals = fields.BY_NAME[f], defaultdict(float)
         for r in readings:
             if dcgm.id in r.values:
-                totals[r.device.gpu_uuid] += r.values[dcgm.id] * dcgm.to_base / n.to_base
+                value = r.values[dcgm.id] * dcgm.to_base / n.to_base
+                if once and r.device.is_mig and dcgm.id in fields.DEVICE_WIDE:
+                    totals[r.device.gpu_uuid] = value  # the board's, the same on every instance
+                else:
+                    totals[r.device.gpu_uuid] += value
         out[f] = {u: round(v, 6) for u, v in totals.items()}
     return out
 

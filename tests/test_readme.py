@@ -16,7 +16,7 @@ from gpuwatch.exporter import metrics
 from tests.conftest import ROOT
 
 README = ROOT / "README.md"
-GENERATED = {"metrics": metrics.markdown_table, "analyses": analyses.markdown_table}
+GENERATED = {"metrics": metrics.markdown_table, "analyses": analyses.markdown_table, "fields": metrics.evidence_table}
 
 
 def _section(text: str, name: str) -> re.Match:

@@ -21,8 +21,8 @@ from gpuwatch.sources import SourceOptions, simulate, simulate_extra
 DAY = 86400.0
 SERIES_IDS = {f.id for f in fields.SERIES}
 WALL_CLOCK_COUNTERS = {156, 202, 393, 394}  # energy, PCIe replays, remapped rows: functions of wall-clock time
-GPU_WIDE = {100, 101, 140, 150, 156, 202, 230, 393, 394, 395}  # repeated on every MIG instance of a GPU
-NOT_ON_MIG = {155, 203, 204, 206, 207, 449, 1009, 1010, 1011, 1012}
+GPU_WIDE = {100, 101, 140, 150, 155, 156, 202, 230, 393, 394, 395}  # repeated on every MIG instance of a GPU
+NOT_ON_MIG = {203, 204, 206, 207, 449, 1009, 1010, 1011, 1012}
 # The fields the source reported before the synthetic ones were added, and what it reported for them
 # (captured from the code before that change: build_fleet(gpus=40, seed=0), GPU 0 of nodes 0-4; since
 # then only an empty device's FB used/free changed, to what nvidia-smi shows, catalog.EMPTY_FB_MIB).
@@ -129,13 +129,22 @@ def test_values_in_dcgm_units_and_nan_dropped():
     for device, _pod, v in readings_at(fleet, t, node="gpu-node-002"):
         values = by_key[device.key].values
         if device.is_mig:
-            assert 203 not in values and 155 not in values  # NaN in the fleet: absent, never 0
+            assert 203 not in values  # NaN in the fleet: absent, never 0
+            # power is the board's (DCGM_FE_GPU): the same on every instance, between idle and TDP
+            spec = GPU_SPECS[device.gpu_model]
+            assert {r.values[155] for r in snap.readings if r.device.gpu_uuid == device.gpu_uuid} == {values[155]}
+            assert spec["idle_w"] <= values[155] <= spec["tdp_w"]
         else:
             assert values[203] == round(v["gpu_util"] * 100)
         assert values[252] == v["fb_used_bytes"] // 2**20
         assert values[250] == device.fb_total_bytes // 2**20 and values[251] == values[250] - values[252]
         if v["sm_active"] == v["sm_active"]:
             assert values[1002] == v["sm_active"]
+
+
+def _before(r) -> dict:
+    """The values of fields served before; a MIG instance's power is new (the board's, since MIG power)."""
+    return {k: v for k, v in r.values.items() if k in BEFORE_IDS and not (k == 155 and r.device.is_mig)}
 
 
 def test_existing_fields_keep_their_values(fleet, source):
@@ -145,7 +154,7 @@ def test_existing_fields_keep_their_values(fleet, source):
     for label, now in times.items():
         for r in source.read(now).readings:
             if r.device.gpu_index == 0:
-                got[(label, r.device.node, r.device.mig_gi_id)] = {k: v for k, v in r.values.items() if k in BEFORE_IDS}
+                got[(label, r.device.node, r.device.mig_gi_id)] = _before(r)
                 for p in r.processes:
                     got[(label, r.device.node, f"pid {p.pid} {p.namespace}/{p.pod}")] = dict(p.values)
     assert got == BEFORE
@@ -155,7 +164,7 @@ def test_existing_fields_keep_their_values_fleet_wide(fleet, source):
     digest = hashlib.sha256()
     for i in range(12):
         for r in source.read(fleet.start + i * 0.61 * DAY + 17).readings:
-            values = sorted((k, v) for k, v in r.values.items() if k in BEFORE_IDS)
+            values = sorted(_before(r).items())
             processes = [(p.pid, p.namespace, p.pod, sorted(p.values.items())) for p in r.processes]
             digest.update(repr((r.device.key, values, processes)).encode())
     assert digest.hexdigest() == BEFORE_DIGEST

@@ -49,8 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="extra extended-resource name to attribute (repeatable; 'prefix*' allowed)")
     a("--interval", default="1s",
       help="readings are re-read at most this often, however often /metrics is scraped (default: %(default)s)")
-    a("--compat", default=compat.DEFAULT, choices=list(compat.PROFILES),
-      help="whose conventions /metrics follows: " + "; ".join(f"{k}: {p.summary}" for k, p in compat.PROFILES.items()).replace("%", "%%")
+    a("--compat", default=compat.DEFAULT, choices=[*compat.PROFILES, *compat.ALIASES], metavar="PROFILE",
+      help="whose conventions /metrics follows, by the dcgm-exporter releases each reproduces: "
+      + "; ".join(compat.describe(k) for k in compat.PROFILES).replace("%", "%%")
+      + "; " + ", ".join(f"{a} = {k}" for a, k in compat.ALIASES.items())
       + " (default: %(default)s; README 'Compatibility profiles')")
     a("--kubernetes-virtual-gpus", action="store_true",
       help="shared GPUs (time-slicing, MPS): also serve each pod's own GPU_UTIL and FB_USED as series with its "
@@ -65,7 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="Kubernetes API URL for pod UID/labels outside a pod (e.g. kubectl proxy's http://127.0.0.1:8001); "
            "default: the in-cluster service account")
     a("--hostname-label", default=None, choices=["hostname", "Hostname"],
-      help="label name for the node (default: the --compat profile's: Hostname for dcgm-exporter-4.8, else hostname)")
+      help="label name for the node (default: the --compat profile's: Hostname for releases before "
+           f"{compat.HOSTNAME_RENAMED_IN} (dcgm-exporter-4.8.2), else hostname)")
     a("--no-profiling", action="store_true", help="do not read or serve DCGM_FI_PROF_* fields")
     a("-f", "--collectors", default=None, metavar="FILE",
       help="dcgm-exporter counters CSV (NAME, TYPE, HELP per line): serve exactly these DCGM fields (any field "

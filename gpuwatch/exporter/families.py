@@ -1,7 +1,10 @@
 """Pure: one refresh's state -> fresh metric families, in METRICS order (no I/O, no clock).
 
-Every raw DCGM series is emitted once per device, so ``sum`` over a family and ``sum by (UUID)``
-are the devices' own values. A device one pod holds carries that pod's labels. A device several
+Every raw DCGM series is emitted once per device (a whole GPU or a MIG GPU instance). A MIG GPU's
+device-wide fields (fields.DEVICE_WIDE) are the board's, which DCGM serves on every instance: with
+``Options.device_wide`` "per-instance" (dcgm-exporter's shape) each instance's series carries them;
+with "per-gpu" they are served once, on a series with the GPU's labels, so ``sum`` and ``sum by (UUID)``
+are the boards' values. A device one pod holds carries that pod's labels. A device several
 pods share (time-slicing, MPS) is served as ``Options.shared_gpus`` says (exporter/compat.py):
 ``one-pod`` labels its one series with the pod the kubelet listed last (dcgm-exporter's rule);
 ``per-pod`` keeps the device's series without pod labels and adds, for the fields the source
@@ -18,8 +21,9 @@ from dataclasses import dataclass, field
 from gpuwatch import fields
 from gpuwatch.exporter.counters import Counter
 from gpuwatch.exporter.exp import ExpFamily
-from gpuwatch.exporter.metrics import METRICS, OWN_METRICS, RAW_METRICS
+from gpuwatch.exporter.metrics import OWN_METRICS
 from gpuwatch.exporter.own import Scrape, device_values
+from gpuwatch.exporter.spec import MIG_LABELS
 from gpuwatch.exporter.topology import TopologyView
 from gpuwatch.model import Allocation, Device
 from gpuwatch.sources import DeviceReading, Snapshot
@@ -56,6 +60,7 @@ class Options:
     profiling: bool = True
     naming: str = "4.8"  # dcgm-exporter naming generation of the DCGM series: "4.8" or "4.9" (fields.py)
     shared_gpus: str = "per-pod"  # a shared device's series: "one-pod" | "per-pod" (compat.SHARED_MODES)
+    device_wide: str = "per-instance"  # a MIG GPU's device-wide fields: "per-instance" | "per-gpu" (compat)
     counters: tuple[Counter, ...] | None = None  # a counters file's rows (-f): the DCGM series served instead
     pod_uid: bool = False  # --kubernetes-enable-pod-uid: pod_uid on attributed series
 
@@ -82,16 +87,18 @@ def build(snapshot: Snapshot | None, attributed: Mapping[str, Sequence[Allocatio
     readings = snapshot.readings if snapshot else ()
     driver = snapshot.driver_version if snapshot else None
     listed_last = listed_last or {}
+    ok = [r for r in readings if r.error is None]
     targets = [_with_pod_meta(_targets(r, attributed.get(r.device.key, ()), listed_last.get(r.device.key), options,
-                                       driver), pods, options) for r in readings if r.error is None]
-    out = {spec.name: Metric(spec.name, spec.help, spec.type) for spec in METRICS}
+                                       driver), pods, options) for r in ok]
+    if options.device_wide == "per-gpu":
+        targets = _device_wide_once(ok, targets, options, driver)
     raw = _raw_families(options)
     if options.counters is not None:  # a counters file replaces the built-in DCGM set, in its order
-        out = {**{name: Metric(name, text, kind) for name, _, kind, text, _ in raw},
-               **{spec.name: out[spec.name] for spec in OWN_METRICS}}
-    for name, fid, kind, text, factor in raw:
-        if options.counters is None:
-            out[name] = Metric(*_declared(name, fid, kind, text, options.naming))
+        out = {name: Metric(name, text, kind) for name, _, kind, text, _ in raw}
+    else:  # the generation's default set, in its order
+        out = {name: Metric(*_declared(name, fid, kind, text, options.naming)) for name, fid, kind, text, _ in raw}
+    out |= {spec.name: Metric(spec.name, spec.help, spec.type) for spec in OWN_METRICS}
+    for name, fid, _kind, _text, factor in raw:
         samples, served = out[name].samples, out[name].name
         for series in targets:
             for labels, values in series:
@@ -115,12 +122,11 @@ def _raw_families(options: Options) -> list[tuple[str, int, str, str, float]]:
         return [(c.name, c.field_id, c.type, c.help, _factor(c.name)) for c in options.counters
                 if c.field_id is not None and c.type != "label"]
     out = []
-    for spec in RAW_METRICS:
-        if spec.profiling and not options.profiling:
+    for f in fields.series(options.naming):
+        if f.profiling and not options.profiling:
             continue
-        served, factor = _served(spec, options.naming)
-        out.append((spec.name, spec.field_id, spec.type, spec.help, factor) if served is None else
-                   (spec.name, spec.field_id, served.type, served.help, factor))
+        served = fields.name_of(f, options.naming)
+        out.append((f.name, f.id, served.type, served.help, f.to_base / served.to_base))
     return out
 
 
@@ -145,15 +151,6 @@ def _exp_family(family: ExpFamily, bases: Mapping[str, dict], timestamp: float |
         if s.device_key in bases:
             out.samples.append(Sample(family.name, bases[s.device_key] | dict(s.labels), s.value, timestamp))
     return out
-
-
-def _served(spec, naming: str) -> tuple[fields.Name | None, float]:
-    """The name, HELP, type this generation serves ``spec`` under, and the factor from the source's
-    unit (the 4.8 one) to it; (None, 1.0) where it is the 4.8 declaration."""
-    name = fields.name_of(fields.BY_ID[spec.field_id], naming)
-    if name is None or name.name == spec.name:
-        return None, 1.0
-    return name, name.field.to_base / name.to_base
 
 
 def _labels(names: tuple[str, ...], values: Mapping[str, str | None], options: Options) -> dict[str, str]:
@@ -191,6 +188,28 @@ def _targets(reading: DeviceReading, allocations: Sequence[Allocation], last: Al
     out = [(base, {**reading.values, **remainder})]
     out += [(base | _pod_labels(pods[key]), values) for key, values in sorted(per_pod.items())]
     return out
+
+
+def _device_wide_once(readings: Sequence[DeviceReading], targets: list[list[tuple[dict, Mapping]]],
+                      options: Options, driver: str | None) -> list[list[tuple[dict, Mapping]]]:
+    """``targets`` with a MIG GPU's device-wide fields (fields.DEVICE_WIDE) taken off its instances'
+    series and served once, on a series with the GPU's own labels (no GPU_I_*, no pod): DCGM reads them
+    for the board, so each instance carries the same value (the first instance's is served)."""
+    out, boards = [], {}
+    for reading, series in zip(readings, targets, strict=True):
+        if not reading.device.is_mig:
+            out.append(series)
+            continue
+        out.append([(labels, {k: v for k, v in values.items() if k not in fields.DEVICE_WIDE})
+                    for labels, values in series])
+        labels = device_labels(reading.device, options.hostname_label, driver, options.naming)
+        _, board = boards.setdefault(reading.device.gpu_uuid,
+                                     ({k: v for k, v in labels.items() if k not in MIG_LABELS}, {}))
+        for fid in sorted(fields.DEVICE_WIDE & set(reading.values)):
+            v = reading.values[fid]
+            if v is not None and v == v:
+                board.setdefault(fid, v)
+    return out + [[(labels, values)] for labels, values in boards.values() if values]
 
 
 def _with_pod_meta(series: list[tuple[dict, Mapping]], pods: Mapping | None, options: Options) -> list:

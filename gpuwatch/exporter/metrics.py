@@ -21,7 +21,7 @@ from gpuwatch.exporter.spec import (
 )
 
 __all__ = ["ALWAYS", "BY_NAME", "DEVICE_LABELS", "METRICS", "MIG_LABELS", "OPTIONAL", "OWN_METRICS", "POD_LABELS",
-           "RAW_LABELS", "RAW_METRICS", "Spec", "markdown_table"]
+           "RAW_LABELS", "RAW_METRICS", "Spec", "evidence_table", "markdown_table"]
 
 # The DCGM series: derived from the field table, in dcgm-exporter's default-counters.csv order.
 RAW_METRICS: tuple[Spec, ...] = tuple(Spec(f.name, f.type, f.help, RAW_LABELS, f.id, f.fmt, profiling=f.profiling)
@@ -58,3 +58,18 @@ def _provides(source: str, ids: frozenset, m: Spec) -> str:
     if m.field_id not in ids:
         return "—"
     return "GPM" if source == "nvml" and m.profiling else "✓"
+
+
+def evidence_table() -> str:
+    """The README's field table: every name each generation serves (or the ingest reads), its unit and
+    the upstream evidence for its name, unit and HELP (fields.EVIDENCE; a test keeps the README in step)."""
+    cites = {text: f"[{key}]" for key, text in fields.EVIDENCE.items()}
+    cites |= {fields.UNVERIFIED: "**unverified**", fields.HELP49: "gpuwatch"}
+    rows = ["| DCGM id | name | generation | TYPE | unit | evidence: name | evidence: unit | HELP from |",
+            "|---|---|---|---|---|---|---|---|"]
+    for f in fields.FIELDS:
+        names = sorted((n for n in fields.NAMES.values() if n.field is f), key=lambda n: fields.GENERATIONS.index(n.generation))
+        rows += [f"| {f.id} | `{n.name}` | {n.generation} | {n.type or 'label/input'} | {n.unit or '-'} | "
+                 f"{cites[n.name_cite]} | {cites[n.unit_cite]} | {cites[n.help_cite]} |" for n in names]
+    keys = [f"- [{key}]: {text}." for key, text in fields.EVIDENCE.items()] + [f"- **unverified**: {fields.UNVERIFIED}."]
+    return "\n".join(rows) + "\n\n" + "\n".join(keys) + "\n"

@@ -25,6 +25,7 @@ import numpy as np
 from gpuwatch import fields
 from gpuwatch.ingest import (
     promframes_health,
+    promframes_mig,
     promframes_pods,
     promframes_processes,
     promframes_queues,
@@ -49,9 +50,10 @@ log = logging.getLogger(__name__)
 # generation's unit to the base unit), from the field table.
 SAMPLE_FIELDS: dict[str, tuple[str, float]] = {
     n.name: (n.field.column, n.to_base) for n in fields.NAMES.values() if n.field.column and n.field.type}
-# Series that only describe devices (capacity, MIG layout): served name -> factor to base units.
+# Series that only describe devices (capacity, MIG layout): served name -> factor to base units
+# (FB total too: 4.9 serves it by default as DCGM_FI_DEV_FB_CAPACITY_BYTES, a counters file may as FB_TOTAL).
 DEVICE_FIELDS: dict[str, float] = {
-    n.name: n.to_base for n in fields.NAMES.values() if n.field.device_column and n.field.type} | {
+    n.name: n.to_base for n in fields.NAMES.values() if n.field.device_column} | {
     "gpuwatch_gpu_memory_total_bytes": 1.0, "gpuwatch_mig_instance_info": 1.0}
 # The unit each served name is declared in; where a page carries a HELP text naming a unit
 # ("... (in MiB)."), a different unit is refused rather than converted by a guess.
@@ -156,6 +158,7 @@ def samples_frame(series: list[Series], ctx: Context):
     wide = wide.reindex(columns=metrics).reset_index()
     ident = pd.DataFrame(list(keys), columns=list(SAMPLE_KEY)).astype({"mig_gi_id": "Int64"})
     out = pd.concat([ident.iloc[wide["k"].to_numpy()].reset_index(drop=True), wide.drop(columns="k")], axis=1)
+    out = promframes_mig.spread(out)
     out = promframes_shared.fold(out, promframes_shared.allocations(series, ctx.target_pods), metrics)
     out = out[list(BUNDLE_COLUMNS["samples"])].sort_values(["ts", "node", "gpu_uuid", "mig_gi_id", "pod"])
     return nones(out.reset_index(drop=True), "namespace", "pod", "container")
@@ -231,9 +234,9 @@ def _fill(row: dict, **values: str | None) -> None:
 
 
 def _capacity(row: dict) -> dict:
-    """fb_total_bytes: gpuwatch's own gauge, else dcgm-exporter's used + free (+ reserved), in bytes
-    (each already converted from its generation's unit)."""
-    total = row.get("gpuwatch_gpu_memory_total_bytes")
+    """fb_total_bytes: gpuwatch's own gauge, else DCGM's FB total (4.9's FB_CAPACITY_BYTES), else
+    dcgm-exporter's used + free (+ reserved), in bytes (each already converted from its generation's unit)."""
+    total = row.get("gpuwatch_gpu_memory_total_bytes", row.get("DCGM_FI_DEV_FB_TOTAL"))
     if total is None and "DCGM_FI_DEV_FB_USED" in row and "DCGM_FI_DEV_FB_FREE" in row:
         total = row["DCGM_FI_DEV_FB_USED"] + row["DCGM_FI_DEV_FB_FREE"] + row.get("DCGM_FI_DEV_FB_RESERVED", 0.0)
     return {c: row.get(c) for c in BUNDLE_COLUMNS["devices"]} | {"fb_total_bytes": None if total is None else round(total)}

@@ -15,9 +15,10 @@ PCIe replays, XIDs and remapped rows; encoder/decoder use by video-serving pods.
 (the fleet's FB_FREE already counts the driver's reserve as free; see simulate_extra).
 
 As dcgm-exporter serves a MIG GPU (per GPU instance only): GPU-wide fields (temperatures, clocks,
-energy, PCIe replays, XID, remapped rows) repeat on every instance; utilisation, memory-copy,
-encoder/decoder, PCIe and NVLink throughput do not exist per instance; power stays absent there (the
-fleet leaves it unknown). A time-sliced GPU is one device: its pods' readings are combined.
+power, energy, PCIe replays, XID, remapped rows) repeat on every instance; utilisation, memory-copy,
+encoder/decoder, PCIe and NVLink throughput do not exist per instance. The fleet leaves a MIG GPU's
+power unknown: it is the board's idle power plus each instance's activity times its compute share of
+the rest up to TDP (simulate_extra.mig_power_w), the power the energy counter integrates. A time-sliced GPU is one device: its pods' readings are combined.
 DCGM_FI_DEV_VGPU_LICENSE_STATUS is never reported (bare metal: see simulate_extra). Topology
 (``topology()``) comes from the fleet's layouts (``Fleet.topology``), unknown for a fleet without them.
 """
@@ -111,14 +112,17 @@ def parse(readings: list[tuple[Device, Pod | None, dict[str, float]]], *, device
     for device, pod, values in readings:
         by_device[device.key].append((pod, values))
     activity = _gpu_activity(readings)
+    combined = {d.key: _combine(d, by_device.get(d.key, [])) for d in devices}
+    mig_power = _mig_power(devices, combined)
     out = []
     for device in devices:
         occupants = by_device.get(device.key, [])
-        combined = _combine(device, occupants)
-        values = _dcgm_values(device, combined)
+        values = _dcgm_values(device, combined[device.key])
+        if device.gpu_uuid in mig_power:  # board power, on every instance as DCGM serves it
+            values[FI_POWER] = mig_power[device.gpu_uuid]
         if device.gpu_uuid in activity:
             a = activity[device.gpu_uuid]
-            extra = simulate_extra.Reading(device, combined, tuple(occupants), a, _temperature(a),
+            extra = simulate_extra.Reading(device, combined[device.key], tuple(occupants), a, _temperature(a),
                                            counters[device.gpu_uuid])
             values |= {FI_GPU_TEMP: extra.temp_c} | simulate_extra.derived(extra)
         out.append(DeviceReading(device=_versioned(device), values=values, processes=_processes(occupants)))
@@ -216,6 +220,15 @@ def _dcgm_values(device: Device, v: dict[str, float]) -> dict[int, float]:
             if _ok(v.get(name)):
                 out[fid] = int(v[name])
     return out
+
+
+def _mig_power(devices: list[Device], combined: Mapping[str, dict]) -> dict[str, float]:
+    """Each MIG GPU's board power (simulate_extra.mig_power_w), by GPU UUID."""
+    instances: dict[str, list] = defaultdict(list)
+    for d in devices:
+        if d.is_mig:
+            instances[d.gpu_uuid].append((d, combined[d.key]))
+    return {uuid: simulate_extra.mig_power_w(found) for uuid, found in instances.items()}
 
 
 def _gpu_activity(readings: list) -> dict[str, float]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -143,6 +143,20 @@ def _above_idle_w(device: Device, cols: Mapping[str, np.ndarray]) -> np.ndarray:
     activity = np.nan_to_num(np.where(np.isnan(sm), cols["gr_engine_active"], sm))
     share = MIG_PROFILES[device.mig_profile_id][1] / mig.COMPUTE_SLICES
     return (spec["tdp_w"] - spec["idle_w"]) * np.minimum(activity, 1.0) * share
+
+
+def mig_power_w(instances: Sequence[tuple[Device, Mapping[str, float]]]) -> float:
+    """A MIG GPU's board power now, from its instances' base-unit values: idle plus each instance's
+    activity (SM, else graphics engine; unknown = 0) x its compute share of TDP - idle, capped at TDP,
+    as the energy counter integrates it (Meter). DCGM reads power for the board (DCGM_FE_GPU)."""
+    spec = GPU_SPECS[instances[0][0].gpu_model]
+    above = 0.0
+    for device, values in instances:
+        sm, gr = values.get("sm_active"), values.get("gr_engine_active")
+        activity = sm if _ok(sm) else gr if _ok(gr) else 0.0
+        above += (spec["tdp_w"] - spec["idle_w"]) * min(activity, 1.0) * MIG_PROFILES[device.mig_profile_id][1] \
+            / mig.COMPUTE_SLICES
+    return round(spec["idle_w"] + min(above, spec["tdp_w"] - spec["idle_w"]), 3)  # DCGM reads milliwatts
 
 
 @dataclass(frozen=True)
