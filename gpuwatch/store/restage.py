@@ -58,6 +58,7 @@ def stage_all(con: Any) -> tuple[datetime, datetime] | None:
 
 def _restage(con: Any) -> None:
     run(con, "restage_aliases.sql", {"salt": stream_salt(con)})
+    run(con, "restage_range.sql")
     if collisions(con):  # two stream keys share an id: another salt, everything again
         con.execute("INSERT OR REPLACE INTO store_meta VALUES ('stream_salt', ?)", [str(stream_salt(con) + 1)])
         refresh(con)
