@@ -2,10 +2,11 @@
 
 One path for both: rows are typed and checked by DuckDB (columns.py, naming file, column and row),
 small tables are upserted by key, and samples (stored as keys and readings: store/keys.py) replace
-only the series they carry: for each device (node, gpu_uuid, mig_gi_id) in the load, that device's
-stored samples between its own first and last new timestamp (replace_series.sql). Another node's samples, or this device's outside that
-range, are never touched. Everything happens in one transaction: a failed load leaves the store
-exactly as it was.
+only what they carry: for each device (node, gpu_uuid, mig_gi_id) in the load, that device's stored
+samples at the timestamps the load carries for it (replace_series.sql). Another node's samples, or this
+device's at a timestamp the load lacks, are never touched. The load's cluster decides the cluster
+(``_qualify``) and one GPU UUID is one GPU (store/places.py). Everything happens in one transaction:
+a failed load leaves the store exactly as it was.
 """
 
 from __future__ import annotations
