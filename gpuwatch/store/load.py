@@ -81,6 +81,7 @@ def link_bundle(con: Any, path: str | Path) -> dict[str, int]:
         raise BundleError(f"{path}: --link needs samples as Parquet (samples.parquet or a samples/ directory)")
     counts = dict.fromkeys(BUNDLE_COLUMNS, 0)
     with _transaction(con):
+        places.start(con)
         for name, file in files.items():
             if name != "samples":
                 counts[name] = sum(_insert_part(con, name, part, file=str(file)) for part in bundle.parts(file))
@@ -91,7 +92,9 @@ def link_bundle(con: Any, path: str | Path) -> dict[str, int]:
             raise bad
         con.execute(f"CREATE OR REPLACE VIEW linked_samples AS SELECT {', '.join(values)} FROM {bundle.parquet_source(samples)}")
         keys.link(con)
+        places.touched(con, "sample_keys")
         counts["samples"] = con.execute("SELECT count(*) FROM sample_readings").fetchall()[0][0]
+        places.check(con, source=str(path))
         _log(con, source=f"{path} (linked)", window=None, counts=counts)
         refresh(con)
     return counts
