@@ -2,7 +2,8 @@
 
 - the cluster is the load's (`ingest --cluster`, the lake's `cluster=` partition): a node or namespace
   name qualified with another cluster is an error naming file, column and row, and the other cluster's
-  rows stay as they were (before: prod's utilization 0.673 -> 0.0, c1's 0.452 -> 0.0);
+  rows stay as they were (before: prod's utilization 0.673 -> 0.0, c1's 0.452 -> 0.0); `lake put`
+  refuses to write such names under its --cluster;
 - one GPU UUID is one GPU: a load that would hold one under two nodes at once (the same bundle with
   and without --cluster, one UUID listed under two nodes) is refused whole, in one line naming the UUID
   and both nodes and clusters; a GPU that moved between nodes is kept under each for its own time;
@@ -21,6 +22,7 @@ import pytest
 
 from gpuwatch import cli, store
 from gpuwatch.ingest import since
+from gpuwatch.lake import put as lake_put
 from gpuwatch.store import restage, staged
 
 T0 = datetime(2026, 11, 9)
@@ -89,14 +91,30 @@ def test_a_name_already_qualified_with_its_own_cluster_is_kept(tmp_path):
     assert _query(db, "SELECT DISTINCT node, namespace FROM samples") == [("dev/n1", "dev/team-a")]
 
 
-def test_lake_get_refuses_a_partition_whose_names_claim_another_cluster(tmp_path, capsys):
-    lake, c1, zz, out = tmp_path / "lake", tmp_path / "c1.duckdb", tmp_path / "zz.duckdb", tmp_path / "out.duckdb"
+def _claiming_stores(tmp_path: Path) -> tuple[Path, Path]:
+    """c1's store (names stored as c1/n1) and a store whose rows claim c1's names (loaded unqualified)."""
+    c1, zz = tmp_path / "c1.duckdb", tmp_path / "zz.duckdb"
     assert cli.main(["ingest", "--from", str(_bundle(tmp_path / "b1", _frames("n1", ["GPU-c"], range(60), 0.452))),
-                     "--cluster", "c1", "--db", str(c1)]) == 0  # names stored as c1/n1
+                     "--cluster", "c1", "--db", str(c1)]) == 0
     assert cli.main(["ingest", "--from", str(_bundle(tmp_path / "bz", _frames("c1/n1", ["GPU-c"], range(60), 0.0))),
                      "--db", str(zz)]) == 0
-    for db, cluster in ((c1, "c1"), (zz, "zz")):
-        assert cli.main(["lake", "put", "--db", str(db), "--to", str(lake), "--cluster", cluster]) == 0
+    return c1, zz
+
+
+def test_lake_put_refuses_a_store_whose_names_claim_another_cluster(tmp_path, capsys):
+    _, zz = _claiming_stores(tmp_path)
+    err = _fails(capsys, ["lake", "put", "--db", str(zz), "--to", str(tmp_path / "lake"), "--cluster", "zz"])
+    assert "'c1/n1', a name of cluster 'c1': a put under --cluster zz may carry only its own names" in err
+    assert not list((tmp_path / "lake").rglob("*.parquet"))  # nothing written
+
+
+def test_lake_get_refuses_a_partition_whose_names_claim_another_cluster(tmp_path, capsys, monkeypatch):
+    lake, out = tmp_path / "lake", tmp_path / "out.duckdb"
+    c1, zz = _claiming_stores(tmp_path)
+    assert cli.main(["lake", "put", "--db", str(c1), "--to", str(lake), "--cluster", "c1"]) == 0
+    with monkeypatch.context() as older:  # zz's objects as a writer without put's check leaves them
+        older.setattr(lake_put, "check_names", lambda con, cluster: None)
+        assert cli.main(["lake", "put", "--db", str(zz), "--to", str(lake), "--cluster", "zz"]) == 0
     assert cli.main(["lake", "get", "--from", str(lake), "--db", str(out), "--cluster", "c1"]) == 0
     assert _query(out, "SELECT node, round(avg(gpu_util), 3), count(*) FROM samples GROUP BY node") == [("c1/n1", 0.452, 60)]
     before = _fingerprint(out)
