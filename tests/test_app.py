@@ -429,7 +429,6 @@ def test_gpu_drill_down_shows_one_gpus_signals_and_holders(sample_db, window, mo
 
 def test_chargeback_groups_by_cluster_in_a_multi_cluster_store(tmp_path, monkeypatch):
     from gpuwatch import cli
-
     from tests.support.bundles import other_gpus
 
     db = tmp_path / "two.duckdb"
