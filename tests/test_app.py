@@ -429,10 +429,12 @@ def test_gpu_drill_down_shows_one_gpus_signals_and_holders(sample_db, window, mo
 
 def test_chargeback_groups_by_cluster_in_a_multi_cluster_store(tmp_path, monkeypatch):
     from gpuwatch import cli
+    from tests.support.bundles import other_gpus
 
     db = tmp_path / "two.duckdb"
-    for name in ("prod-a", "prod-b"):
-        assert cli.main(["ingest", "--from", str(support.sample_bundle()), "--cluster", name, "--db", str(db)]) == 0
+    copy = other_gpus(support.sample_bundle(), tmp_path / "prod-b", tag="b")  # one GPU UUID is one GPU
+    for name, bundle in (("prod-a", support.sample_bundle()), ("prod-b", copy)):
+        assert cli.main(["ingest", "--from", str(bundle), "--cluster", name, "--db", str(db)]) == 0
     at = open_page(db, "chargeback", monkeypatch)
     at.selectbox(key="charge_group").set_value("cluster").run()
     assert not at.exception

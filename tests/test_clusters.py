@@ -9,18 +9,19 @@ import pandas as pd
 import pytest
 
 from gpuwatch import cli
-from tests.support.bundles import SAMPLE_DATA
+from tests.support.bundles import SAMPLE_DATA, other_gpus
 
 ONE_WEEK = 62092.80
 
 
 @pytest.fixture(scope="module")
 def two(tmp_path_factory):
-    """sample_data loaded twice, as clusters prod-a and prod-b, analysed."""
+    """sample_data loaded twice, as clusters prod-a and prod-b (its GPUs renamed), analysed."""
     base = tmp_path_factory.mktemp("clusters")
     db = base / "g.duckdb"
-    for name in ("prod-a", "prod-b"):
-        assert cli.main(["ingest", "--from", str(SAMPLE_DATA), "--cluster", name, "--db", str(db)]) == 0
+    copy = other_gpus(SAMPLE_DATA, base / "prod-b", tag="b")  # one GPU UUID is one GPU: prod-b's are its own
+    for name, bundle in (("prod-a", SAMPLE_DATA), ("prod-b", copy)):
+        assert cli.main(["ingest", "--from", str(bundle), "--cluster", name, "--db", str(db)]) == 0
     assert cli.main(["analyze", "--db", str(db), "--out", str(base / "out")]) == 0
     return db, base / "out"
 

@@ -2,7 +2,7 @@
 `.prom` pages. Laws: never a traceback — only gpuwatch's DataError (one line naming the file)
 escapes; on an error the store is exactly as it was (row counts and a checksum per table); on
 success each table's rows loaded, rows held and summed column equal an independent count of the
-CSV text (last row of a key wins; samples replace the seed's series only where they cover it), a
+CSV text (last row of a key wins; samples replace the seed's sample only at a timestamp they carry), a
 page's GPU series with a UUID and a host are exactly the devices added, and the chargeback of what
 loaded reconciles (Σ parts = fleet cost) with every device priced or reported unpriced."""
 
@@ -122,15 +122,15 @@ NA = {"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#
 
 def _oracle(root, bundle) -> dict:
     """Rows loaded, rows held and the summed column per table, from the CSV files as text: keyed
-    tables keep the last row of each key, samples replace the seed's series only where they
-    cover its timestamp."""
+    tables keep the last row of each key, samples replace the seed's sample only where they carry
+    its device at its timestamp."""
     out = {}
     for name in TABLES:
         rows = _csv_rows(root / f"{name}.csv") if name in bundle else []
         if name == "samples":
             value = [_number(r["gpu_util"]) or 0.0 for r in rows]
-            covered = [_epoch(r["ts"]) for r in rows if (r["node"], r["gpu_uuid"]) == ("n0", "GPU-0")]
-            seed_kept = not covered or not min(covered) <= T0.timestamp() <= max(covered)
+            covered = {_epoch(r["ts"]) for r in rows if (r["node"], r["gpu_uuid"]) == ("n0", "GPU-0")}
+            seed_kept = T0.timestamp() not in covered  # a load replaces the timestamps it carries, no others
             out[name] = {"loaded": len(rows), "held": len(rows) + seed_kept, "total": sum(value) + 0.5 * seed_kept}
             continue
         final = {tuple(_key(r.get(k), k) for k in KEYED[name]): _number(r[_summed(name)]) or 0.0 for r in rows}

@@ -29,6 +29,7 @@ from gpuwatch.cli import build_parser, main
 from gpuwatch.fleet.command import write_bundle
 from gpuwatch.lake import layout, storage
 from gpuwatch.model import BUNDLE_COLUMNS
+from tests.support.bundles import other_gpus
 
 pytest.importorskip("moto", reason="moto[server] (dev extra) is not installed")
 boto3 = pytest.importorskip("boto3")
@@ -256,8 +257,9 @@ def test_days_puts_whole_days_before_today_and_skips_days_without_data(direct, t
 
 def test_clusters_load_side_by_side_and_one_can_be_picked(bundle, tmp_path):
     root = str(tmp_path / "fleet")
-    for name in ("eu", "us"):
-        assert lake("put", "--from", str(bundle), "--to", root, "--cluster", name,
+    us = other_gpus(bundle, tmp_path / "us", tag="us")  # one GPU UUID is one GPU: us has its own
+    for name, source in (("eu", bundle), ("us", us)):
+        assert lake("put", "--from", str(source), "--to", root, "--cluster", name,
                     "--start", "2026-11-10T00:00:00Z", "--end", "2026-11-10T06:00:00Z") == 0
     both, one = tmp_path / "both.duckdb", tmp_path / "one.duckdb"
     assert lake("get", "--from", root, "--db", str(both)) == 0

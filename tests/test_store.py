@@ -55,7 +55,7 @@ def test_a_full_refresh_merges_every_kind_of_duplicate_and_only_its_node(con, pa
                                   {"ts": t[1], "pod": None, "namespace": None, "gpu_util": 0.4}],
              "with and without a reading": [{"ts": t[1], "fb_used_bytes": 5.0}, {"ts": t[1], "gpu_util": 0.4}]}[pair]
     rows = [{"ts": t[0], "gpu_util": 0.1}, *twins, {"ts": t[2], "gpu_util": 0.3},
-            *({"node": "n2", "ts": ts, "gpu_util": 0.5} for ts in t)]
+            *({"node": "n2", "gpu_uuid": "GPU-b", "ts": ts, "gpu_util": 0.5} for ts in t)]  # n2's own GPU
     store.load(con, {"samples": _samples(rows)}, source="test")
     stg = _stg(con, "node, ts, pod NULLS LAST")
     doubled = con.execute("SELECT count(*) FROM (SELECT stream_id, ts FROM stg_sample_rows GROUP BY ALL "

@@ -5,7 +5,8 @@ earliest last sample among its current devices; nodes silent for longer than ``c
 bulk of the data are left out), less ``tail`` (whole steps, re-read so late scrapes and a Prometheus
 restart's gap are repaired), less CONTEXT_STEPS steps of context. Read at the store's own step (the
 same --step each time), it lies on the stored grid, so every re-read timestamp is one the store holds
-and the load replaces it: samples per device over the range the read carries, the keyed tables
+and the load replaces it: samples per device at the timestamps the read carries (a step a partial
+reply lacks keeps what is stored), the keyed tables
 (devices, pods, pod_status, processes, scheduler_pending, health, topology, nodes) by key. Three
 things make the pieces equal one whole read: GPU health events need the sample before them (an XID
 already held when a read begins is not a new one), so events in the context steps are left to the

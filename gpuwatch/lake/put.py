@@ -3,7 +3,8 @@ UTC day (layout.py), each built whole in memory and then written in one piece (s
 
 The rows are the store's, as the bundle contract types them (model.BUNDLE_COLUMNS), plus the
 object's window and put time (layout.WINDOW_COLUMNS). Names are left as the store holds them: the
-cluster is the partition, and ``get`` qualifies nodes and namespaces with it.
+cluster is the partition, and ``get`` qualifies nodes and namespaces with it; a store name qualified
+with another cluster is refused before anything is written (check_names).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def put(con: Any, lake: storage.Lake, *, cluster: str, window: tuple[datetime, d
     day that has rows (re-putting a window overwrites the same objects). A day without a timestamped
     row is skipped whole: nothing happened there, so it gets no snapshot either. ``now``: the put time."""
     layout.check_cluster(cluster)
+    check_names(con, cluster)
     written, at = Written(), now or datetime.now(UTC).replace(tzinfo=None)
     for day in layout.day_windows(*window):
         parts = {table: parquet(con, table, day, at=at) for table in layout.TIME_TABLES}
@@ -51,6 +53,23 @@ def put(con: Any, lake: storage.Lake, *, cluster: str, window: tuple[datetime, d
                 written.rows[table] += rows
                 written.objects.append(path)
     return written
+
+
+def check_names(con: Any, cluster: str) -> None:
+    """The store's names may carry only ``cluster`` (store.QUALIFIED columns): a name qualified with
+    another one (a store holding several clusters) is a DataError before anything is written, since
+    ``get`` would refuse those objects (the partition decides the cluster)."""
+    from gpuwatch.store.load import QUALIFIED
+
+    for table, names in QUALIFIED.items():
+        source = "sample_keys" if table == "samples" else table  # the samples' names, without their readings
+        for column in names:
+            found = con.execute(f"SELECT {column} FROM {source} WHERE contains({column}, '/') "
+                                f"AND NOT starts_with({column}, $c || '/') LIMIT 1", {"c": cluster}).fetchall()
+            if found:
+                raise units.DataError(f"the store's {table}.{column} holds {found[0][0]!r}, a name of cluster "
+                                      f"{found[0][0].split('/', 1)[0]!r}: a put under --cluster {cluster} may carry "
+                                      "only its own names (put each cluster's data under its own name)")
 
 
 def parquet(con: Any, table: str, day: layout.DayWindow, *, at: datetime):

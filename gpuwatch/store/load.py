@@ -2,10 +2,11 @@
 
 One path for both: rows are typed and checked by DuckDB (columns.py, naming file, column and row),
 small tables are upserted by key, and samples (stored as keys and readings: store/keys.py) replace
-only the series they carry: for each device (node, gpu_uuid, mig_gi_id) in the load, that device's
-stored samples between its own first and last new timestamp (replace_series.sql). Another node's samples, or this device's outside that
-range, are never touched. Everything happens in one transaction: a failed load leaves the store
-exactly as it was.
+only what they carry: for each device (node, gpu_uuid, mig_gi_id) in the load, that device's stored
+samples at the timestamps the load carries for it (replace_series.sql). Another node's samples, or this
+device's at a timestamp the load lacks, are never touched. The load's cluster decides the cluster
+(``_qualify``) and one GPU UUID is one GPU (store/places.py). Everything happens in one transaction:
+a failed load leaves the store exactly as it was.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.model import BUNDLE_COLUMNS
-from gpuwatch.store import bundle, columns, keys
+from gpuwatch.store import bundle, columns, keys, places
 from gpuwatch.store.columns import ROW
 from gpuwatch.store.restage import replace_samples, restage_streams, stage_all
 from gpuwatch.store.staged import refresh
@@ -80,6 +81,7 @@ def link_bundle(con: Any, path: str | Path) -> dict[str, int]:
         raise BundleError(f"{path}: --link needs samples as Parquet (samples.parquet or a samples/ directory)")
     counts = dict.fromkeys(BUNDLE_COLUMNS, 0)
     with _transaction(con):
+        places.start(con)
         for name, file in files.items():
             if name != "samples":
                 counts[name] = sum(_insert_part(con, name, part, file=str(file)) for part in bundle.parts(file))
@@ -90,7 +92,9 @@ def link_bundle(con: Any, path: str | Path) -> dict[str, int]:
             raise bad
         con.execute(f"CREATE OR REPLACE VIEW linked_samples AS SELECT {', '.join(values)} FROM {bundle.parquet_source(samples)}")
         keys.link(con)
+        places.touched(con, "sample_keys")
         counts["samples"] = con.execute("SELECT count(*) FROM sample_readings").fetchall()[0][0]
+        places.check(con, source=str(path))
         _log(con, source=f"{path} (linked)", window=None, counts=counts)
         refresh(con)
     return counts
@@ -100,6 +104,7 @@ def _load(con: Any, parts: dict[str, tuple[Iterator, str]], *, source: str, wind
           prices: Sequence[str | Path] = (), teams: Sequence[str | Path] = (), cluster: str | None = None) -> dict[str, int]:
     counts = dict.fromkeys(BUNDLE_COLUMNS, 0)
     with _transaction(con):
+        places.start(con)
         for name, (pieces, file) in parts.items():
             if name != "samples":
                 counts[name] = sum(_insert_part(con, name, part, file=file, cluster=cluster) for part in pieces)
@@ -118,16 +123,19 @@ def _load(con: Any, parts: dict[str, tuple[Iterator, str]], *, source: str, wind
                 # a first load replaces nothing: its checked rows go straight into sample_readings (no copy)
                 counts["samples"] = sum(_insert_part(con, "samples", part, file=file, into="sample_readings")
                                         for part in pieces)
+                places.touched(con, "sample_keys")
                 carried = stage_all(con)
             else:
                 for i, part in enumerate(pieces):
                     counts["samples"] += _insert_part(con, "samples", part, file=file, append=i > 0)
-                _qualify(con, "incoming_samples", "samples", cluster)
+                _qualify(con, "incoming_samples", "samples", cluster, file=file)
+                places.touched(con, "incoming_samples")
                 con.execute(f"ALTER TABLE incoming_samples DROP COLUMN {ROW}")
                 carried = replace_samples(con)
             window = window or carried
         else:
             restage_streams(con)
+        places.check(con, source=source)
         _log(con, source=source, window=window, counts=counts)
     return counts
 
@@ -163,15 +171,26 @@ def _insert_part(con: Any, name: str, part, *, file: str, append: bool = False, 
     if name == "samples":
         return con.execute(f"SELECT count(*) FROM {target}").fetchall()[0][0]
     try:
-        _qualify(con, "incoming", name, cluster)
+        _qualify(con, "incoming", name, cluster, file=file)
+        if name == "devices":
+            places.touched(con, "incoming")
         return _upsert_incoming(con, name)
     finally:
         con.execute("DROP TABLE incoming")
 
 
-def _qualify(con: Any, table: str, name: str, cluster: str | None) -> None:
-    """Prefix the bundle table's colliding identities (QUALIFIED) with ``cluster/`` (bound, never formatted)."""
+def _qualify(con: Any, table: str, name: str, cluster: str | None, *, file: str) -> None:
+    """Prefix the bundle table's colliding identities (QUALIFIED) with ``cluster/`` (bound, never formatted).
+    The cluster is the load's (``--cluster``, the lake partition): a name already qualified with it is
+    left as it is, one qualified with another cluster is an error naming file, column and row."""
     for column in QUALIFIED.get(name, ()) if cluster else ():
+        other = con.execute(f"SELECT {column}, {ROW} FROM {table} WHERE contains({column}, '/') "
+                            f"AND NOT starts_with({column}, $c || '/') ORDER BY {ROW} LIMIT 1", {"c": cluster}).fetchall()
+        if other:
+            value, row = other[0]
+            raise BundleError(f"{file}: column {column!r}, row {row}: {value!r} names cluster "
+                              f"{value.split('/', 1)[0]!r}, but this load is cluster {cluster!r} (the --cluster flag or "
+                              "the lake partition decides the cluster; a name may carry only its own)")
         con.execute(f"UPDATE {table} SET {column} = $c || '/' || {column} "
                     f"WHERE nullif(trim({column}), '') IS NOT NULL AND NOT contains({column}, '/')", {"c": cluster})
 

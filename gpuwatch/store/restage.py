@@ -1,11 +1,12 @@
 """Incremental staging: a load re-stages only the devices and time ranges its samples replace.
 
-A load's samples replace, per device, the stored samples between that device's first and last new
-timestamp (replace_series.sql). Staging is per stream and per row with two exceptions, both handled
-exactly: each series row carries its neighbours' interval and readings (so the rows just outside a
-replaced range change too), and each stream's step is the median of its intervals (kept as counts per
-interval in stg_stream_dts, so a load adds and removes counts instead of scanning the stream). The
-result equals a full ``refresh`` row for row (tests/test_store_incremental.py); a load larger than a
+A load's samples replace, per device, the stored samples at the timestamps it carries
+(replace_series.sql); the device's range between its first and last new timestamp is re-staged
+whole, new and kept readings alike (restage_range.sql). Staging is per stream and per row with two
+exceptions, both handled exactly: each series row carries its neighbours' interval and readings (so
+the rows just outside a replaced range change too), and each stream's step is the median of its
+intervals (kept as counts per interval in stg_stream_dts, so a load adds and removes counts instead of
+scanning the stream). The result equals a full ``refresh`` row for row (tests/test_store_incremental.py); a load larger than a
 share of what is stored, or into a store with nothing staged, takes the full refresh instead.
 """
 
@@ -58,6 +59,7 @@ def stage_all(con: Any) -> tuple[datetime, datetime] | None:
 
 def _restage(con: Any) -> None:
     run(con, "restage_aliases.sql", {"salt": stream_salt(con)})
+    run(con, "restage_range.sql")
     if collisions(con):  # two stream keys share an id: another salt, everything again
         con.execute("INSERT OR REPLACE INTO store_meta VALUES ('stream_salt', ?)", [str(stream_salt(con) + 1)])
         refresh(con)

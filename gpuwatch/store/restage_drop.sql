@@ -1,6 +1,8 @@
 -- A re-stage's working tables, once applied.
 DROP TABLE IF EXISTS restage_carried;
 DROP TABLE IF EXISTS restage_carried_keys;
+DROP TABLE IF EXISTS restage_carried_ts;
+DROP TABLE IF EXISTS restage_range_readings;
 DROP TABLE IF EXISTS restage_removed;
 DROP TABLE IF EXISTS restage_delta;
 DROP TABLE IF EXISTS restage_streams;

@@ -1,7 +1,8 @@
 -- The streams a load touched (every stream of a device it carried, old or new) with that device's range;
 -- each one's series neighbours just outside the range, as staged (their next_/prev_ fields change, and
 -- the new rows' prev_/next_ fields come from them); and the values to place in their series again: the
--- new raw rows' (staged by the same macro a full refresh uses) plus the neighbours'.
+-- raw rows in the range, new and kept (restage_range.sql; staged by the same macro a full refresh uses),
+-- plus the neighbours'.
 CREATE OR REPLACE TEMP TABLE restage_streams AS
 SELECT DISTINCT d.stream_id, c.lo, c.hi
 FROM restage_delta d
@@ -37,7 +38,7 @@ UPDATE restage_edge_rows r SET is_prev = r.ts IS NOT DISTINCT FROM e.prev_ts
 FROM restage_edges e WHERE r.stream_id = e.stream_id;
 
 CREATE OR REPLACE TEMP TABLE restage_values AS
-SELECT * FROM stg_sample_values(NULL, NULL, src := 'incoming_readings')
+SELECT * FROM stg_sample_values(NULL, NULL, src := 'restage_range_readings')
 UNION ALL BY NAME
 SELECT * EXCLUDE (dt_seconds, next_dt_seconds, prev_reported, prev_effective, next_reported, next_effective, is_prev)
 FROM restage_edge_rows;

@@ -1,7 +1,7 @@
 """The hourly rollup (store/rollup.sql): kept current by recomputing only the hours loads replaced.
 
-A load of samples replaces, per device, the stored rows between its first and last new timestamp; its
-ingest_log row records a window that holds them (store/load.py). ``update`` recomputes the stored
+A load of samples replaces, per device, the stored rows at the timestamps it carries, all between its
+first and last new one; its ingest_log row records a window that holds them (store/load.py). ``update`` recomputes the stored
 hours those windows touch since the rollup was last brought up to date, and everything when the rows'
 stream ids or staging SQL changed, a load's window is unknown, or the thresholds differ. The result is
 the rollup a pass over every row would give (tests/test_rollup.py).

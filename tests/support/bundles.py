@@ -92,3 +92,25 @@ def small_fleet(out: Path, *, seed: int) -> Path:
 
     command.write_bundle(fleet.build_fleet(gpus=16, seed=seed, days=0.5, failures=True, topology=True), out, step=60)
     return out
+
+
+def other_gpus(source: Path | str, out: Path, *, tag: str) -> Path:
+    """A copy of the bundle at ``source`` whose GPUs are other GPUs (every ``GPU-…`` UUID becomes
+    ``GPU-<tag>…``): the same workload on another cluster's hardware. One GPU UUID is one GPU, so
+    the same bundle loaded as two clusters is refused (store/places.py)."""
+    import shutil
+
+    source, out = Path(source), Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for path in source.iterdir():
+        if path.suffix == ".csv":
+            (out / path.name).write_text(path.read_text(encoding="utf-8").replace("GPU-", f"GPU-{tag}"), encoding="utf-8")
+        elif path.suffix == ".parquet":
+            frame = pd.read_parquet(path)
+            for column in ("gpu_uuid", "peer_gpu_uuid"):
+                if column in frame:
+                    frame[column] = frame[column].astype(str).str.replace("GPU-", f"GPU-{tag}", regex=False)
+            frame.to_parquet(out / path.name, index=False)
+        elif path.is_file():
+            shutil.copy(path, out / path.name)
+    return out
