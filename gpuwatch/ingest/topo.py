@@ -11,7 +11,8 @@ The matrix names GPUs by index only. ``listing`` reads an ``nvidia-smi -L`` list
 capture (``GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)``) and ``frames`` turns the matrix into the
 bundle's ``topology`` rows and the devices' ``numa_node`` for one node, GPU index -> UUID from that
 listing, else from the node's devices already in the store (``gpuwatch ingest --from topo.txt
---node NAME``).
+--node NAME``). A capture describes devices; it never creates one (devices are billed): the node's
+GPUs come from its own data.
 """
 
 from __future__ import annotations
@@ -161,8 +162,10 @@ def listing(text: str, *, source: str = "<text>") -> dict[int, ListedGpu]:
 
 def frames(parsed: Topology, *, node: str, listed: dict[int, ListedGpu], stored, source: str = "<text>") -> dict:
     """Bundle frames for ``node``: ``topology`` (every GPU pair of the matrix) and ``devices`` (the
-    GPUs whose NUMA node the matrix knows: the stored rows of that GPU with it set, else a row from
-    the listing). ``stored``: the node's devices in the store (model.BUNDLE_COLUMNS["devices"])."""
+    node's stored rows of each GPU whose NUMA node the matrix knows, with it set). A capture never
+    creates a device (a device is billed): a GPU the store does not hold gets its links only, and
+    ``unstored`` counts the NUMA nodes that were left out for that reason. ``stored``: the node's
+    devices in the store (model.BUNDLE_COLUMNS["devices"])."""
     import pandas as pd
 
     from gpuwatch.model import BUNDLE_COLUMNS
@@ -170,23 +173,22 @@ def frames(parsed: Topology, *, node: str, listed: dict[int, ListedGpu], stored,
     uuids = _uuids(parsed, listed, stored, node=node, source=source)
     links = [(node, uuids[x.gpu], uuids[x.peer], x.link, x.nvlinks) for x in parsed.links]
     topology = pd.DataFrame(links, columns=list(BUNDLE_COLUMNS["topology"])).astype({"nvlinks": "Int64"})
-    rows = []
+    rows, unstored = [], 0
     for gpu in parsed.gpus:
         if gpu.numa_node is None:
             continue
         known = stored[stored["gpu_uuid"] == uuids[gpu.index]]
-        if len(known):
-            rows += [r | {"node": node, "numa_node": gpu.numa_node} for r in known.to_dict("records")]
-        else:
-            listed_gpu = listed[gpu.index]
-            rows.append({"node": node, "gpu_uuid": listed_gpu.uuid, "gpu_index": gpu.index,
-                         "gpu_model": listed_gpu.model, "numa_node": gpu.numa_node})
+        rows += [r | {"node": node, "numa_node": gpu.numa_node} for r in known.to_dict("records")]
+        unstored += not len(known)
     devices = pd.DataFrame(rows, columns=list(BUNDLE_COLUMNS["devices"]))
-    return {"topology": topology, "devices": devices} if rows else {"topology": topology}
+    return {"topology": topology, "devices": devices, "unstored": unstored} if rows else {
+        "topology": topology, "unstored": unstored}
 
 
 def _uuids(parsed: Topology, listed: dict[int, ListedGpu], stored, *, node: str, source: str) -> dict[int, str]:
-    """GPU index -> UUID: the capture's own listing first, else the store's whole-GPU rows."""
+    """GPU index -> UUID: the capture's own listing first, else the store's whole-GPU rows. A listed
+    GPU must be the one the store holds at that index of the node, if it holds the node at all
+    (a capture of another machine would move links and NUMA nodes onto the wrong GPUs)."""
     whole = stored[stored["mig_gi_id"].isna() & stored["gpu_index"].notna()]
     by_index = {int(i): u for i, u in zip(whole["gpu_index"], whole["gpu_uuid"], strict=True)}
     out = {}
@@ -196,5 +198,11 @@ def _uuids(parsed: Topology, listed: dict[int, ListedGpu], stored, *, node: str,
             raise TopoError(f"{source}: GPU{index} has no UUID: no 'nvidia-smi -L' line for it in the file and "
                             f"no device of node {node} with gpu_index {index} in the store (load the node's "
                             "devices first, or capture 'nvidia-smi -L' with 'topo -m')")
+        if len(stored) and index in listed and by_index.get(index, uuid) != uuid:
+            raise TopoError(f"{source}: GPU {index} is {uuid} in the file's 'nvidia-smi -L' listing but "
+                            f"{by_index[index]} on node {node} in the store: is the capture from another machine?")
+        if len(stored) and uuid not in set(stored["gpu_uuid"]):
+            raise TopoError(f"{source}: GPU {index} ({uuid}) is not a GPU of node {node} in the store: "
+                            "is the capture from another machine?")
         out[index] = uuid
     return out
