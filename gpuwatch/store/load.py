@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.model import BUNDLE_COLUMNS
-from gpuwatch.store import bundle, columns, keys, prices_match
+from gpuwatch.store import bundle, columns, keys, prices_match, topology_match
 from gpuwatch.store.columns import ROW
 from gpuwatch.store.restage import replace_samples, restage_streams, stage_all
 from gpuwatch.store.staged import refresh
@@ -40,6 +40,8 @@ KEYS = {"devices": ("node", "gpu_uuid", "mig_gi_id"), "pods": ("namespace", "pod
         "scheduler_pending": ("ts", "scheduler", "queue", "job", "status", "unit")}
 
 
+# Checks of a table's typed rows against the store (after this load's devices), before they are upserted.
+CHECKS = {"topology": topology_match.check}
 # Keys matched on a normal form rather than as written: a price is keyed by its model as staging matches
 # it (model_key: trimmed, case-folded) and its node label (trimmed, empty = none), so a later price for
 # "nvidia h100 80gb hbm3" replaces an earlier one for "NVIDIA H100 80GB HBM3" instead of standing beside it.
@@ -106,9 +108,10 @@ def _load(con: Any, parts: dict[str, tuple[Iterator, str]], *, source: str, wind
           prices: Sequence[str | Path] = (), teams: Sequence[str | Path] = (), cluster: str | None = None) -> dict[str, int]:
     counts = dict.fromkeys(BUNDLE_COLUMNS, 0)
     with _transaction(con):
-        for name, (pieces, file) in parts.items():
-            if name != "samples":
-                counts[name] = sum(_insert_part(con, name, part, file=file, cluster=cluster) for part in pieces)
+        for name, (pieces, file) in sorted(parts.items(), key=lambda item: item[0] != "devices"):  # devices first:
+            if name != "samples":  # the topology check reads them
+                counts[name] = sum(_insert_part(con, name, part, file=file, cluster=cluster, check=CHECKS.get(name))
+                                   for part in pieces)
         for item in prices:
             if str(item) == LIST_PRICES:
                 _replace_list_prices(con)
