@@ -147,3 +147,27 @@ def test_summary_dollars_name_what_is_unpriced():
     assert findings_command._usd(pd.Series([float("nan")])) == "unpriced"
     assert findings_command._usd(pd.Series([], dtype=float)) == "$0.00"  # nothing found costs nothing
     assert findings_command._usd(pd.Series([5.0]), unpriced=True) == "unpriced"
+
+
+def test_findings_find_a_price_spelled_in_another_case(tmp_path):
+    """recommendations look a price up by the finding's gpu_model: the prices analysis names each
+    model as the devices spell it (before: the price file's spelling, so a lower-case price file left
+    every MIG repack at $0)."""
+    import pandas as pd
+
+    from gpuwatch import analyses, recommendations
+
+    db = tmp_path / "g.duckdb"
+    mine = tmp_path / "mine.csv"
+    mine.write_text(f"gpu_model,usd_per_gpu_hour\n{H100.lower()},4\n")
+    assert cli.main(["ingest", "--from", str(_bundle(tmp_path, price=None)), "--prices", str(mine), "--db", str(db)]) == 0
+    con = store.connect(str(db), read_only=True)
+    try:
+        prices = analyses.run(con, "prices")
+    finally:
+        con.close()
+    assert prices[["gpu_model", "usd_per_gpu_hour"]].values.tolist() == [[H100, 4.0]]
+    mig = pd.DataFrame([{"gpu_uuid": "GPU-a", "gpu_model": H100, "node": "n1", "stranded_slices": 2, "instances": "",
+                         "repack_layout": "1g.10gb@0", "repack_stranded_slices": 0, "repack_moves": 1}])
+    rows = recommendations.repack_mig(mig, prices=prices, rate=recommendations.RunRate(hours=168.0, hours_per_month=730.0))
+    assert rows and rows[0]["monthly_savings_usd"] > 0
