@@ -80,6 +80,12 @@ def environment():
     return env
 
 
-def page(context: dict, *, version: str) -> str:
-    """The HTML page for one view (fleet or team)."""
-    return environment().get_template(TEMPLATE).render(version=version, **context)  # compiled once, cached by Jinja
+def page(context: dict, *, version: str, unpriced: bool = False) -> str:
+    """The HTML page for one view (fleet or team). ``unpriced``: no GPU in the store has a price, so
+    every dollar on the page is unknown and says "unpriced" (a sum of nothing priced is not $0.00)."""
+    env = environment()
+    if unpriced:
+        env = env.overlay()
+        env.filters.update(usd=lambda value: "unpriced",
+                           cell=lambda value, column: "unpriced" if column.endswith("_usd") else cell(value, column))
+    return env.get_template(TEMPLATE).render(version=version, **context)  # compiled once, cached by Jinja
