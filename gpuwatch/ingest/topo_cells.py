@@ -59,6 +59,8 @@ def header_at(lines: list[str]) -> int | None:
     """The index of the matrix's header line: its first name is GPU0, it names an affinity column and
     holds no ``X`` (a row does); None when there is none."""
     for at, line in enumerate(lines):
+        if "GPU0" not in line:  # cheap: a saved /metrics page may have millions of lines
+            continue
         cells = _header_cells(line)
         if cells[:1] == ["GPU0"] and "X" not in cells and set(AFFINITY) & set(cells):
             return at
