@@ -63,11 +63,23 @@ def test_a_typo_in_node_is_refused_naming_the_closest_and_bills_nothing(tmp_path
 def test_new_node_keeps_the_links_alone_and_creates_no_gpu(tmp_path, capsys):
     db = _store(tmp_path, capsys)
     before = _billed(db)
-    assert main(["ingest", "--from", str(CAPTURE), "--node", "spare-9", "--new-node", "--db", str(db)]) == 0
+    other = tmp_path / "other.txt"  # the same capture, from a machine whose GPUs the store does not hold
+    other.write_text(CAPTURE.read_text().replace("GPU-6f1c2d3e-0000", "GPU-0badc0de-0000"))
+    assert main(["ingest", "--from", str(other), "--node", "spare-9", "--new-node", "--db", str(db)]) == 0
     captured = capsys.readouterr()
     assert "NUMA nodes of 8 GPU(s) were not kept" in captured.err
     assert _billed(db) == before  # same GPUs, same price: nothing billed for the capture
     assert _topology(db) == [("spare-9", 56)]
+
+
+def test_new_node_does_not_move_another_nodes_gpus(tmp_path, capsys):
+    """--new-node with a capture of a stored node's GPUs (a typo again): refused, nothing stored."""
+    db = _store(tmp_path, capsys)
+    before = _billed(db)
+    assert main(["ingest", "--from", str(CAPTURE), "--node", "spare-9", "--new-node", "--db", str(db)]) == 1
+    err = capsys.readouterr().err
+    assert "is a GPU of node 'dgx-node-1', not of 'spare-9'" in err
+    assert _billed(db) == before and _topology(db) == []
 
 
 def test_the_right_node_gets_its_links_and_numa_on_its_own_gpus(tmp_path, capsys):
