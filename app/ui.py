@@ -362,12 +362,28 @@ def slice_spans(slices: pd.DataFrame) -> dict[tuple[str, str, str], str]:
     return {key: f"slice {lo}" if lo == hi else f"slices {lo}–{hi}" for key, (lo, hi) in spans.iterrows()}
 
 
+_UNPRICED = "gpuwatch_no_gpu_priced"  # session key: this run's store has GPUs and no price applies to any
+
+
 def money(value: float) -> str:
-    """USD for a metric tile."""
+    """USD for a metric tile; "unpriced" where the value is unknown, or no GPU of the store has a
+    price (then every dollar is unknown: a sum of nothing priced is not $0.00)."""
+    if value is None or value != value or st.session_state.get(_UNPRICED):
+        return "unpriced"
     return f"${value:,.2f}"
 
 
+def no_gpu_priced(ctx: Context) -> bool:
+    """Whether the store has GPUs and none of their models has a price."""
+    sources = prices(ctx)["price_source"]
+    return bool(len(sources)) and bool((sources == "unpriced").all())
+
+
 def window_caption(ctx: Context) -> None:
+    st.session_state[_UNPRICED] = no_gpu_priced(ctx)  # every page calls this before its tiles
+    if st.session_state[_UNPRICED]:
+        st.warning("No GPU model in this store has a price: every dollar is unknown and shown as 'unpriced' "
+                   "(load prices: gpuwatch ingest --prices FILE, or --prices list for dated list prices).")
     # team names are data: never into markdown (they could carry links or HTML); the sidebar shows them
     teams = f"{len(ctx.teams)} team(s) selected in the sidebar" if ctx.teams else "all teams"
     st.caption(f"Window {ctx.start:%Y-%m-%d %H:%M} → {ctx.end:%Y-%m-%d %H:%M} (UTC, end exclusive) · {teams} · "

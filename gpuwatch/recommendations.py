@@ -89,11 +89,12 @@ def reclaim_idle(idle, *, rate: RunRate) -> list[dict]:
         if present(r.get("end_ts")) and not r.get("reclaimable_now"):
             continue  # the pod already ended: nothing left to reclaim (chargeback still shows the waste)
         hourly = number(r.get("usd_per_hour"))
+        rate_text = f"${hourly:.2f}/hour" if present(r.get("usd_per_hour")) else "unpriced"  # unknown, not $0.00
         since = r.get("idle_since")
         held = number(r.get("max_fb_used_bytes_idle")) / units.GIB
         evidence = (f"idle {r['idle_share']:.0%} of {number(r.get('observed_gpu_hours')):.1f} observed GPU-hours"
                     + (f"; idle since {_iso(since)}" if present(since) else "")
-                    + f"; holds {held:.1f} GiB while idle; ${hourly:.2f}/hour")
+                    + f"; holds {held:.1f} GiB while idle; {rate_text}")
         waste = number(r.get("idle_cost_usd"))
         gpus = number(r.get("gpu_count"))
         what = f"{gpus:g} GPU(s)" if gpus > 0 else "the GPU(s)"

@@ -25,7 +25,7 @@ from itertools import combinations
 LINKS: tuple[str, ...] = ("NV", "PIX", "PXB", "PHB", "NODE", "SYS")  # best to worst
 PCIE_LINKS: tuple[str, ...] = LINKS[1:]
 NV_RANK, SYS_RANK = 0, len(LINKS) - 1
-_LABEL = re.compile(r"^(?:NV(\d+)|(PIX|PXB|PHB|NODE|SYS))$")
+_LABEL = re.compile(r"^(?:NV([1-9]\d*)|(PIX|PXB|PHB|NODE|SYS))$")  # NV0 would be an NVLink of no links
 
 # Assumed peer-to-peer bandwidth per direction, bytes/s: estimates, not measurements of any machine.
 # NVLink 3 (A100) and 4 (H100/H200) carry 25 GB/s per link per direction (NVIDIA's datasheets:
@@ -50,7 +50,7 @@ def label(link: str, nvlinks: int | None = None) -> str:
 
 
 def parse_label(text: str) -> tuple[str, int | None]:
-    """``"NV12"`` -> ``("NV", 12)``; ``"PXB"`` -> ``("PXB", None)``; anything else: ValueError."""
+    """``"NV12"`` -> ``("NV", 12)``; ``"PXB"`` -> ``("PXB", None)``; anything else (``NV0`` too): ValueError."""
     match = _LABEL.match(text.strip())
     if match is None:
         raise ValueError(f"{text!r} is not a GPU link (NV<n>, {', '.join(PCIE_LINKS)})")

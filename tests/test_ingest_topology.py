@@ -217,10 +217,20 @@ def _layout(db: Path, node: str) -> topology.Layout:
     return topology.Layout.build(gpus, links, numa)
 
 
+def _devices_of(tmp_path: Path, node: str, listed: dict) -> Path:
+    """A bundle with the node's devices as its own data would bring them (the listing's GPUs)."""
+    out = tmp_path / f"devices-{node}"
+    out.mkdir()
+    (out / "devices.csv").write_text("node,gpu_uuid,gpu_index,gpu_model\n" + "".join(
+        f"{node},{g.uuid},{g.index},{g.model}\n" for g in listed.values()))
+    return out
+
+
 def test_capture_with_listing_loads_links_and_numa(tmp_path, capsys):
     db = tmp_path / "s.duckdb"
-    assert _cli(capsys, ["--db", str(db), "--from", str(TOPO / "dgx-h100-capture.txt"), "--node", "dgx-1"]) == (0, [])
     listed = topo.listing((TOPO / "dgx-h100-capture.txt").read_text())
+    assert _cli(capsys, ["--db", str(db), "--from", str(_devices_of(tmp_path, "dgx-1", listed))]) == (0, [])
+    assert _cli(capsys, ["--db", str(db), "--from", str(TOPO / "dgx-h100-capture.txt"), "--node", "dgx-1"]) == (0, [])
     rows = _query(db, "SELECT gpu_uuid, peer_gpu_uuid, link, nvlinks FROM topology WHERE node = 'dgx-1'")
     assert len(rows) == 56 and {(r[2], r[3]) for r in rows} == {("NV", 18)}
     assert {r[0] for r in rows} == {g.uuid for g in listed.values()}
@@ -266,10 +276,12 @@ def test_real_single_gpu_captures(tmp_path, capsys, name, numa):
     if not path.exists():
         pytest.skip(f"real capture not present: {path}")
     db = tmp_path / "s.duckdb"
+    listing = topo.listing(path.read_text(errors="replace"))
+    assert _cli(capsys, ["--db", str(db), "--from", str(_devices_of(tmp_path, "real", listing))]) == (0, [])
     assert _cli(capsys, ["--db", str(db), "--from", str(path), "--node", "real"]) == (0, [])
-    listed = topo.listing(path.read_text(errors="replace"))[0]
+    listed = listing[0]
     assert _query(db, "SELECT count(*) FROM topology") == [(0,)]  # one GPU: no pair
-    expected = [] if numa is None else [("real", listed.uuid, 0, listed.model, numa)]  # unknown NUMA: no row written
+    expected = [("real", listed.uuid, 0, listed.model, numa)]  # unknown NUMA stays NULL
     assert _query(db, "SELECT node, gpu_uuid, gpu_index, gpu_model, numa_node FROM devices") == expected
 
 
@@ -297,7 +309,11 @@ def test_a_saved_metrics_txt_without_node_still_loads(tmp_path, capsys):
     (lambda d: CAPTURES / "windows-x86_64__nvidia-geforce-rtx-2080-super__591.86.txt", ["--node", "n"], 1,
      "no 'nvidia-smi topo -m' matrix"),
     (lambda d: TOPO / "hgx-h100-8gpu.txt", ["--node", "unknown-node"], 1,
+     "--node unknown-node: no such node in the store (2 node(s) with GPUs"),
+    (lambda d: TOPO / "hgx-h100-8gpu.txt", ["--node", "unknown-node", "--new-node"], 1,
      "GPU0 has no UUID: no 'nvidia-smi -L' line for it in the file and no device of node unknown-node"),
+    (lambda d: TOPO / "dgx-h100-capture.txt", ["--node", "n1"], 1,
+     "GPU 0 is GPU-6f1c2d3e-0000-4000-8000-000000000000 in the file's 'nvidia-smi -L' listing but"),
     (lambda d: d, ["--node", "n"], 2, "--node: only with --from FILE"),
     (lambda d: TOPO / "dgx-h100-capture.txt", ["--node", "a b"], 2, "--node: 'a b' is not a node name"),
     (lambda d: TOPO / "dgx-h100-capture.txt", ["--node", "n", "--link"], 2, "--node: only with --from FILE"),

@@ -21,8 +21,8 @@ def test_stg_topology_holds_both_directions_and_the_better_of_two_answers():
     con = store.connect(None)
     _load(con, topology=[{"node": "n1", "gpu_uuid": "GPU-a", "peer_gpu_uuid": "GPU-b", "link": "nv", "nvlinks": 18},
                          {"node": "n1", "gpu_uuid": "GPU-b", "peer_gpu_uuid": "GPU-c", "link": "SYS"},
-                         {"node": "n1", "gpu_uuid": "GPU-c", "peer_gpu_uuid": "GPU-b", "link": "PIX"},
-                         {"node": "n1", "gpu_uuid": "GPU-a", "peer_gpu_uuid": "GPU-a", "link": "PIX"}])
+                         {"node": "n1", "gpu_uuid": "GPU-c", "peer_gpu_uuid": "GPU-b", "link": "PIX"}])
+    # (a self-link is refused at load: tests/test_bundle_topology_checks.py)
     rows = con.execute("SELECT gpu_uuid, peer_gpu_uuid, link, nvlinks, link_rank FROM stg_topology ORDER BY 1, 2").fetchall()
     assert rows == [("GPU-a", "GPU-b", "NV", 18, 0), ("GPU-b", "GPU-a", "NV", 18, 0),
                     ("GPU-b", "GPU-c", "PIX", None, 1), ("GPU-c", "GPU-b", "PIX", None, 1)]

@@ -68,6 +68,7 @@ with left:
     st.subheader("Top wasting teams")
     waste = (picked.assign(waste_usd=picked["idle_usd"] + picked["false_util_usd"])
              .groupby("team", as_index=False)[["waste_usd", "idle_usd", "false_util_usd"]].sum()
+             .astype({"waste_usd": float, "idle_usd": float, "false_util_usd": float})  # no priced team: empty, typed
              .nlargest(5, "waste_usd"))
     ui.table(waste, "top_wasting_teams", empty="No team wasted GPU time in this window.",
              columns={"team": "Team", "waste_usd": "Idle + false-util", "idle_usd": "Idle",

@@ -122,17 +122,18 @@ def summary(results: dict, *, start: datetime, end: datetime, hours_per_month: f
     """A readable plain-text summary of the headline numbers."""
     lines = [f"gpuwatch analysis {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC"]
     charge = results.get("chargeback")
+    unpriced = charge is not None and fleet_unpriced(charge)
     if charge is not None and len(charge):
         lines += _chargeback_lines(charge)
     idle = results.get("idle_hoarding")
     if idle is not None:
         hoarders = idle[idle["hoarder"].fillna(False).astype(bool)]
         lines.append(f"hoarders: {len(hoarders)} pods, {hoarders['idle_gpu_hours'].sum():,.1f} idle GPU-hours, "
-                     f"${hoarders['idle_cost_usd'].sum():,.2f}")
+                     f"{_usd(hoarders['idle_cost_usd'], unpriced)}")
     false = results.get("false_utilization")
     if false is not None:
         offenders = false[false["offender"].fillna(False).astype(bool)]
-        lines.append(f"false utilization: {len(offenders)} pods, ${offenders['false_util_cost_usd'].sum():,.2f}")
+        lines.append(f"false utilization: {len(offenders)} pods, {_usd(offenders['false_util_cost_usd'], unpriced)}")
     mig = results.get("mig_fragmentation")
     if mig is not None and "stranded_slices" in mig:
         lines.append(f"MIG: {int(mig['stranded_slices'].sum())} stranded memory slices on {len(mig)} MIG GPUs")
@@ -141,6 +142,10 @@ def summary(results: dict, *, start: datetime, end: datetime, hours_per_month: f
     recs = results.get("recommendations")
     if recs is not None and len(recs):
         total = recommendations.totals(recs)
+        if unpriced:
+            lines.append(f"recommendations: {len(recs)}, savings unpriced (no GPU has a price); top 5:")
+            lines += [f"  {r['action']} - {r['evidence']}" for _, r in recs.head(5).iterrows()]
+            return "\n".join(lines)
         lines.append(f"recommendations: {len(recs)}, savings ${total['savings']:,.2f}/month "
                      f"(run-rate of the waste observed in the window, x {hours_per_month:g} h/month); "
                      f"investigate: ${total['at_stake']:,.2f}/month at stake, not counted; top 5:")
@@ -165,7 +170,7 @@ def _failure_lines(results: dict) -> list[str]:
     orphans = results.get("orphaned_memory")
     if orphans is not None and len(orphans):
         out.append(f"orphaned GPU memory: {len(orphans)} runs on {orphans['gpu_uuid'].nunique()} GPUs, "
-                   f"${orphans['usd_unusable'].sum():,.2f} unusable")
+                   f"{_usd(orphans['usd_unusable'])} unusable")
     drift = results.get("driver_drift")
     if drift is not None and len(drift):
         blamed = drift[drift["blamed"].fillna(False).astype(bool)]
@@ -187,7 +192,7 @@ def _topology_lines(results: dict) -> list[str]:
         bad = placed[placed["verdict"].isin(("misplaced", "spread"))]
         unknown = int((placed["verdict"] == "topology unknown").sum())
         out.append(f"placement: {(bad['verdict'] == 'misplaced').sum()} misplaced, {(bad['verdict'] == 'spread').sum()} "
-                   f"spread of {len(placed)} multi-GPU pods/jobs, est. penalty ${bad['penalty_usd'].sum():,.2f} (estimate)"
+                   f"spread of {len(placed)} multi-GPU pods/jobs, est. penalty {_usd(bad['penalty_usd'])} (estimate)"
                    + (f"; {unknown} not judged (topology unknown)" if unknown else ""))
     capacity = results.get("schedulable_capacity")
     if capacity is not None and len(capacity):
@@ -203,9 +208,28 @@ def _topology_lines(results: dict) -> list[str]:
     return out
 
 
+def fleet_unpriced(charge: Any) -> bool:
+    """Whether no GPU of the window has a price: GPUs without one, and no priced use or capacity."""
+    kinds = set(charge["kind"])
+    return "unpriced_capacity" in kinds and "team" not in kinds and not charge["fleet_cost_usd"].fillna(0).any()
+
+
+def _usd(values: Any, unpriced: bool = False) -> str:
+    """A dollar sum for the summary: "unpriced" when no value is known (never $0.00 for unknown), else
+    the known values' sum and how many are unpriced."""
+    known = values.dropna()
+    if unpriced or (len(values) and not len(known)):
+        return "unpriced"
+    missing = len(values) - len(known)
+    return f"${known.sum():,.2f}" + (f" (+{missing} unpriced)" if missing else "")
+
+
 def _chargeback_lines(charge: Any) -> list[str]:
     """The fleet cost, each priced row, then a warning per data problem (unpriced, over-allocated)."""
     problems = chargeback.warnings(charge)
+    if fleet_unpriced(charge):  # unknown is said, never $0.00
+        return ["fleet cost unpriced: no GPU in the window has a price (ingest --prices FILE, or --prices list)"] + [
+            f"warning: {line}" for line in problems]
     lines = [f"fleet cost ${charge['fleet_cost_usd'].iloc[0]:,.2f}" + (" (priced GPUs only)" if problems else "")]
     for _, r in charge[~charge["kind"].isin(chargeback.PROBLEMS)].iterrows():
         lines.append(f"  {str(r['team'])[:24]:<24} {str(r['namespace'])[:22]:<22} ${r['cost_usd']:>11,.2f}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --from a saved 'nvidia-smi topo -m' output: the node it was captured on (GPU "
                              "UUIDs from an 'nvidia-smi -L' listing in the same file, else from the node's devices "
                              "already in the store)")
+    parser.add_argument("--new-node", action="store_true",
+                        help="with --node: accept a node the store holds no GPUs of (a typo is refused without it); "
+                             "only the capture's links are kept, a capture never creates GPUs (they come from the "
+                             "node's own data; load the file again after it for the NUMA nodes)")
     parser.add_argument("--db", required=True, help="DuckDB store to write (created if missing)")
     parser.add_argument("--start", help="Prometheus: window start, ISO-8601 UTC (default: --end minus 7 days)")
     parser.add_argument("--end", help="Prometheus: window end, ISO-8601 UTC (default: now)")
@@ -72,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
              "at": units.parse_utc(args.at, what="--at") if args.at else None,
              "team_label": check_label(args.team_label), "cluster": check_cluster(args.cluster),
              "node": check_node(args.node)}
+    if args.new_node and args.node is None:
+        raise units.UsageError("--new-node: only with --node (a saved 'nvidia-smi topo -m' output)")
     resume = check_since_last(args)
     if args.cluster and args.link:
         raise units.UsageError("--cluster: not with --link (linked Parquet is read as it lies)")
@@ -79,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         raise units.UsageError("--from: required (or --prices / --teams alone, to load only those)")
     if args.source is not None:
         check_source(args.source)  # flags and sources are checked before the store is created or opened
-        check_topo(args.source, node=flags["node"], db=args.db, link=args.link)
+        check_topo(args.source, node=flags["node"], db=args.db, link=args.link, new_node=args.new_node)
     elif args.node is not None:
         raise units.UsageError("--node: only with --from FILE, a saved 'nvidia-smi topo -m' output")
     check_prices(args.prices)
@@ -96,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         elif args.source is None:
             counts = store.load(con, {}, source="--prices/--teams", prices=args.prices, teams=args.teams)
         else:
-            counts = ingest(con, args.source, prices=args.prices, teams=args.teams, **flags)
+            counts = ingest(con, args.source, prices=args.prices, teams=args.teams, new_node=args.new_node, **flags)
         print(f"loaded into {args.db}: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()))
         print_prices(con)
     finally:
@@ -145,9 +152,10 @@ def check_node(name: str | None) -> str | None:
     return name
 
 
-def check_topo(source: str, *, node: str | None, db: str, link: bool) -> None:
+def check_topo(source: str, *, node: str | None, db: str, link: bool, new_node: bool = False) -> None:
     """--node goes with a saved ``topo -m`` file and such a file needs it; the file's matrix parses, and
-    its GPUs can get UUIDs (a listing in the file, or a store that may hold the node's devices)."""
+    its GPUs can get UUIDs (a listing in the file, or a store that may hold the node's devices); a
+    store that does not exist holds no node (--new-node accepts one)."""
     path = Path(source)
     text = _topo_text(path) if not _is_url(source) else None
     if node is None:
@@ -158,6 +166,9 @@ def check_topo(source: str, *, node: str | None, db: str, link: bool) -> None:
     if text is None or link:
         raise units.UsageError("--node: only with --from FILE, a saved 'nvidia-smi topo -m' output (not --link)")
     topo.parse(text, source=source)
+    if not new_node and not Path(db).exists():
+        raise units.DataError(f"--node {node}: no store {db}, so no such node: a capture never creates GPUs; load the "
+                              "node's devices first (or pass --new-node to keep its links alone)")
     if not topo.listing(text, source=source) and not Path(db).exists():
         raise units.DataError(f"--from {source}: no 'nvidia-smi -L' listing in the file and no store {db} holding "
                               f"node {node}'s devices: load the node's devices first (GPU UUIDs by index)")
@@ -196,11 +207,13 @@ def check_source(source: str) -> None:
 
 def ingest(con: Any, source: str, *, start: datetime | None = None, end: datetime | None = None, step: float = 60.0,
            at: datetime | None = None, now: datetime | None = None, prices: list[str] = (), teams: list[str] = (),
-           team_label: str = "team", cluster: str | None = None, node: str | None = None) -> dict[str, int]:
+           team_label: str = "team", cluster: str | None = None, node: str | None = None,
+           new_node: bool = False) -> dict[str, int]:
     """Load ``source`` (bundle dir, prometheus:// URL, .prom file, or with ``node`` a saved
     ``nvidia-smi topo -m``); returns rows per table."""
     if node is not None:
-        return ingest_topo(con, Path(source), node=node, prices=prices, teams=teams, cluster=cluster)
+        return ingest_topo(con, Path(source), node=node, prices=prices, teams=teams, cluster=cluster,
+                           new_node=new_node)
     if _is_url(source):
         end_at = end or (now or datetime.now(UTC)).replace(tzinfo=None)
         start_at = start or end_at - timedelta(days=7)
@@ -215,17 +228,35 @@ def ingest(con: Any, source: str, *, start: datetime | None = None, end: datetim
 
 
 def ingest_topo(con: Any, path: Path, *, node: str, prices: list[str] = (), teams: list[str] = (),
-                cluster: str | None = None) -> dict[str, int]:
+                cluster: str | None = None, new_node: bool = False) -> dict[str, int]:
     """``node``'s GPU links and NUMA nodes from the saved ``topo -m`` at ``path`` (ingest/topo.py);
-    every error is raised before anything is loaded."""
+    every error is raised before anything is loaded. A node the store holds no GPUs of is an error
+    naming the nodes it holds, unless ``new_node`` (then only the links are kept: no device is made)."""
     text = path.read_text(encoding="utf-8", errors="replace")
     parsed = topo.parse(text, source=str(path))
     columns = ", ".join(BUNDLE_COLUMNS["devices"])
-    stored = con.execute(f"SELECT {columns} FROM devices WHERE node = $node",
-                         {"node": f"{cluster}/{node}" if cluster else node}).df()
+    stored_as = f"{cluster}/{node}" if cluster else node
+    stored = con.execute(f"SELECT {columns} FROM devices WHERE node = $node", {"node": stored_as}).df()
+    if not len(stored) and not new_node:
+        raise units.DataError(f"--node {node}: no such node in the store ({known_nodes(con, stored_as)}): a capture "
+                              "never creates GPUs; load the node's devices first (or pass --new-node to keep its links alone)")
     frames = topo.frames(parsed, node=node, listed=topo.listing(text, source=str(path)), stored=stored,
                          source=str(path))
+    if unstored := frames.pop("unstored"):
+        print(f"note: {path}: the NUMA nodes of {unstored} GPU(s) were not kept: node {node} has no such GPUs in the "
+              "store yet (load its devices, then this file again)", file=sys.stderr)
     return store.load(con, frames, source=str(path), prices=prices, teams=teams, cluster=cluster)
+
+
+def known_nodes(con: Any, name: str) -> str:
+    """The store's nodes for an error message: how many, and the closest to ``name``."""
+    import difflib
+
+    nodes = [n for (n,) in con.execute("SELECT DISTINCT node FROM devices ORDER BY node").fetchall()]
+    if not nodes:
+        return "it holds no GPUs yet"
+    close = difflib.get_close_matches(name, nodes, n=3, cutoff=0.5)
+    return f"{len(nodes)} node(s) with GPUs" + (f"; closest: {', '.join(close)}" if close else f", e.g. {nodes[0]}")
 
 
 def _is_url(source: str) -> bool:

@@ -147,14 +147,15 @@ def samples_frame(series: list[Series], ctx: Context):
         column, factor = SAMPLE_FIELDS[s.name]
         ok = np.isfinite(s.values)
         k = keys.setdefault(device + workload_of(s.labels, ctx.target_pods), len(keys))
-        parts.append((np.full(ok.sum(), k), s.ts[ok], column, s.values[ok] * factor))
+        parts.append((np.full(ok.sum(), k), s.ts[ok], column, s.values[ok] * factor, _generation_rank(s)))
     metrics = [f.column for f in fields.SERIES if f.column]
     if not parts:
         return pd.DataFrame(columns=list(BUNDLE_COLUMNS["samples"]))
     long = pd.DataFrame({"k": np.concatenate([p[0] for p in parts]), "ts": np.concatenate([p[1] for p in parts]),
                          "c": np.concatenate([np.full(len(p[1]), p[2], dtype=object) for p in parts]),
-                         "v": np.concatenate([p[3] for p in parts])})
-    wide = long.drop_duplicates(["k", "ts", "c"], keep="last").pivot(index=["k", "ts"], columns="c", values="v")
+                         "v": np.concatenate([p[3] for p in parts]),
+                         "g": np.concatenate([np.full(len(p[1]), p[4]) for p in parts])})
+    wide = _one_reading(long, ctx).pivot(index=["k", "ts"], columns="c", values="v")
     wide = wide.reindex(columns=metrics).reset_index()
     ident = pd.DataFrame(list(keys), columns=list(SAMPLE_KEY)).astype({"mig_gi_id": "Int64"})
     out = pd.concat([ident.iloc[wide["k"].to_numpy()].reset_index(drop=True), wide.drop(columns="k")], axis=1)
@@ -162,6 +163,28 @@ def samples_frame(series: list[Series], ctx: Context):
     out = promframes_shared.fold(out, promframes_shared.allocations(series, ctx.target_pods), metrics)
     out = out[list(BUNDLE_COLUMNS["samples"])].sort_values(["ts", "node", "gpu_uuid", "mig_gi_id", "pod"])
     return nones(out.reset_index(drop=True), "namespace", "pod", "container")
+
+
+def _generation_rank(s: Series) -> int:
+    """How new the dcgm-exporter generation of a series' name and labels is (4.9's name and its
+    lowercase hostname/uuid labels rank highest)."""
+    name = {"1.x": 0, "4.8": 1, "4.9": 2}.get(fields.NAMES[s.name].generation, 1) if s.name in fields.NAMES else 1
+    return 2 * name + ("hostname" in s.labels or "uuid" in s.labels)
+
+
+def _one_reading(long, ctx: Context):
+    """One reading per (row, ts, column) whatever order the series came in: where several series carry
+    it (the 4.8 and 4.9 name of one field, the 4.8 and 4.9 labels of one GPU), the newest generation's,
+    then the greatest value; a disagreement between them is noted (a rule applied, said)."""
+    dup = long.duplicated(["k", "ts", "c"], keep=False)
+    if not dup.any():
+        return long
+    clash = long[dup].groupby(["k", "ts", "c"])["v"].agg(lambda v: v.max() - v.min() > 1e-9 * max(abs(v.max()), 1.0))
+    if clash.any():
+        columns = ", ".join(sorted(set(clash[clash].index.get_level_values("c"))))
+        ctx.notes.append(f"{int(clash.sum())} reading(s) ({columns}) came under two dcgm-exporter generations' names or "
+                         "labels for one GPU and disagreed: the newest generation's value was kept")
+    return long.sort_values(["k", "ts", "c", "g", "v"], kind="stable").drop_duplicates(["k", "ts", "c"], keep="last")
 
 
 def devices_frame(series: list[Series], notes: list[str]):

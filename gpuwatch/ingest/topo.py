@@ -1,17 +1,21 @@
 """``nvidia-smi topo -m`` text -> the GPU link matrix, NUMA node and CPU affinity of one node.
 
-The matrix is tab-separated: a header row of device columns (``GPU0`` ... ``GPUn``, ``NIC0`` ...)
-followed by ``CPU Affinity``, ``NUMA Affinity`` and, on newer drivers, ``GPU NUMA ID``; one row per
-device; ``X`` on the diagonal. Between two GPUs a cell is ``NV<n>`` (a bonded set of n NVLinks, any
-n: NV1, NV4, NV6, NV12, NV18 ...) or a PCIe path class, best to worst: PIX, PXB, PHB, NODE, SYS.
-Headers may carry terminal escapes (bold/underline); they are stripped. Anything else in a GPU
-pair cell is an error naming the line and column: a guessed link would be a made-up topology.
+The matrix: a header row of device columns (``GPU0`` ... ``GPUn``, ``NIC0`` ...) followed by ``CPU
+Affinity``, ``NUMA Affinity`` and, on newer drivers, ``GPU NUMA ID``; one row per device; ``X`` on
+the diagonal. Between two GPUs a cell is ``NV<n>`` (a bonded set of n >= 1 NVLinks: NV1, NV4, NV12,
+NV18 ...) or a PCIe path class, best to worst: PIX, PXB, PHB, NODE, SYS. It is read as written or as
+pasted (tabs or spaces, escapes with or without their ESC byte, run-together header cells:
+topo_cells.py). Refused, naming line and column: a cell that is no link (a guessed link would be a
+made-up topology), a matrix that is not square (a paste cut short) or not symmetric (which of the
+two cells is true?), a NUMA or CPU cell that is no list. A NUMA Affinity list (``0-1``,
+``0,3-9,11-17``) is no single node: the GPU's NUMA node is then unknown.
 
 The matrix names GPUs by index only. ``listing`` reads an ``nvidia-smi -L`` listing in the same
 capture (``GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)``) and ``frames`` turns the matrix into the
 bundle's ``topology`` rows and the devices' ``numa_node`` for one node, GPU index -> UUID from that
 listing, else from the node's devices already in the store (``gpuwatch ingest --from topo.txt
---node NAME``).
+--node NAME``). A capture describes devices; it never creates one (devices are billed): the node's
+GPUs come from its own data.
 """
 
 from __future__ import annotations
@@ -19,18 +23,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpuwatch.units import DataError
+from gpuwatch import topology
+from gpuwatch.ingest import topo_cells
+from gpuwatch.ingest.topo_cells import TopoError
 
-PCIE_LINKS = ("PIX", "PXB", "PHB", "NODE", "SYS")  # best to worst, per nvidia-smi's legend
-_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+__all__ = ["ListedGpu", "TopoError", "TopoGpu", "TopoLink", "Topology", "frames", "has_matrix", "listing", "parse"]
+PCIE_LINKS = topology.PCIE_LINKS  # best to worst, per nvidia-smi's legend
+_ESCAPE = topo_cells.ESCAPE
 _GPU = re.compile(r"^GPU(\d+)$")
-_NVLINK = re.compile(r"^NV(\d+)$")
-_AFFINITY = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _LISTED = re.compile(r"^GPU (\d+): (.+?) \(UUID: (GPU-[^)\s]+)\)$")
-
-
-class TopoError(DataError):
-    """The text is not a ``nvidia-smi topo -m`` matrix (the message names the line and column)."""
 
 
 @dataclass(frozen=True)
@@ -63,66 +64,100 @@ class Topology:
 
 
 def parse(text: str, *, source: str = "<text>") -> Topology:
-    """Parse the matrix out of ``text`` (a bare ``topo -m`` output or a capture that contains one)."""
-    lines = [_ESCAPE.sub("", line).rstrip("\n") for line in text.splitlines()]
-    at = _header_line(lines, source)
-    columns = [cell.strip() for cell in lines[at].split("\t")]
+    """Parse the matrix out of ``text`` (a bare ``topo -m`` output or a capture that contains one), as
+    nvidia-smi writes it or as people paste it (topo_cells.py); a matrix that is not whole, square and
+    symmetric, or a cell that is no link, is an error naming the line and column."""
+    table = topo_cells.read(text, source=source)
     gpus, links = [], []
-    for number, line in enumerate(lines[at + 1:], start=at + 2):
-        cells = line.split("\t")
-        if not line.strip() or line.startswith("Legend"):
-            break
-        if not _GPU.match(cells[0].strip()):
-            continue
-        gpu, row_links = _row(cells, columns, where=f"{source}: line {number}")
-        gpus.append(gpu)
-        links.extend(row_links)
-    return Topology(tuple(gpus), tuple(links))
+    for row in table.rows:
+        where = f"{source}: line {row.line}"
+        index = _gpu_index(row.name)
+        if index in {g.index for g in gpus}:
+            raise TopoError(f"{where}: GPU{index} has a second row")
+        for column, cell in zip(table.devices, row.links, strict=True):
+            link = _cell(index, column, cell, where=f"{where}, column {column}")
+            if link is not None:
+                links.append(link)
+        affinity = dict(zip(table.affinity, row.affinity, strict=True))
+        gpus.append(TopoGpu(index, _cpus(affinity.get("CPU Affinity"), where=f"{where}, column CPU Affinity"),
+                            _numa(affinity.get("NUMA Affinity"), where=f"{where}, column NUMA Affinity")))
+        _numa_id(affinity.get("GPU NUMA ID"), where=f"{where}, column GPU NUMA ID")
+    _check_square(gpus, table, source=source)
+    topology = Topology(tuple(gpus), tuple(links))
+    _check_symmetric(topology, source=source)
+    return topology
 
 
-def _header_line(lines: list[str], source: str) -> int:
-    for at, line in enumerate(lines):
-        cells = [cell.strip() for cell in line.split("\t")]
-        if len(cells) > 1 and cells[0] == "" and "GPU0" in cells:
-            return at
-    raise TopoError(f"{source}: no 'nvidia-smi topo -m' matrix (a tab-separated header with GPU0)")
+def _gpu_index(name: str) -> int:
+    return int(_GPU.match(name)[1])
 
 
-def _row(cells: list[str], columns: list[str], *, where: str) -> tuple[TopoGpu, list[TopoLink]]:
-    """Device cells are positional; the affinity cells are read in order, since nvidia-smi pads
-    the NUMA Affinity cell with an extra tab (``0-19\t0\t\tN/A`` under three headers)."""
-    index = int(_GPU.match(cells[0].strip())[1])
-    devices = [c for c in columns[1:] if c not in _AFFINITY]
-    links = []
-    for position, column in enumerate(devices, start=1):
-        peer = _GPU.match(column)
-        if peer is None or int(peer[1]) == index or position >= len(cells):
-            continue
-        links.append(_link(index, int(peer[1]), cells[position].strip(), where=f"{where}, column {column}"))
-    rest = [cell.strip() for cell in cells[len(devices) + 1:]] + ["", ""]
-    cpu, numa = (rest[0], rest[1]) if "CPU Affinity" in columns else (None, rest[0])
-    return TopoGpu(index, _known(cpu), _numa(numa if "NUMA Affinity" in columns else None)), links
+def _cell(index: int, column: str, value: str, *, where: str) -> TopoLink | None:
+    """The link in one cell (None on the diagonal and toward NICs, whose cells are still checked)."""
+    peer = _GPU.match(column)
+    if peer is not None and int(peer[1]) == index:
+        if value != "X":
+            raise TopoError(f"{where}: {value!r} on the diagonal (nvidia-smi prints X for a GPU and itself)")
+        return None
+    try:
+        link, nvlinks = topology.parse_label(value)
+    except ValueError:
+        raise TopoError(f"{where}: {value!r} is not a link (NV<n> with n >= 1, {', '.join(PCIE_LINKS)})") from None
+    return TopoLink(index, int(peer[1]), link, nvlinks) if peer is not None else None
 
 
-def _link(gpu: int, peer: int, value: str, *, where: str) -> TopoLink:
-    if match := _NVLINK.match(value):
-        return TopoLink(gpu, peer, "NV", int(match[1]))
-    if value in PCIE_LINKS:
-        return TopoLink(gpu, peer, value, None)
-    raise TopoError(f"{where}: {value!r} is not a link (NV<n>, {', '.join(PCIE_LINKS)})")
+def _check_square(gpus: list[TopoGpu], table, *, source: str) -> None:
+    """Every GPU column has a row and every GPU row a column."""
+    columns = {_gpu_index(c) for c in table.devices if _GPU.match(c)}
+    rows = {g.index for g in gpus}
+    if not rows:
+        raise TopoError(f"{source}: line {table.header_line}: the 'topo -m' header has no GPU rows under it")
+    if rows != columns:
+        missing = sorted(columns - rows)
+        what = (f"GPU{missing[0]} has a column but no row" if missing else
+                f"GPU{sorted(rows - columns)[0]} has a row but no column")
+        raise TopoError(f"{source}: line {table.header_line}: the matrix is not square: {what}")
+
+
+def _check_symmetric(parsed: Topology, *, source: str) -> None:
+    """nvidia-smi prints each pair twice; the two cells must agree (which one would be true?)."""
+    for x in parsed.links:
+        back = parsed.link(x.peer, x.gpu)
+        if back is not None and (back.link, back.nvlinks) != (x.link, x.nvlinks) and x.gpu < x.peer:
+            raise TopoError(f"{source}: the matrix is not symmetric: GPU{x.gpu} -> GPU{x.peer} is "
+                            f"{topology.label(x.link, x.nvlinks)} but GPU{x.peer} -> GPU{x.gpu} is "
+                            f"{topology.label(back.link, back.nvlinks)}")
+
+
+_LIST = re.compile(r"^\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*$")  # 0-55,112-167 / 0,3-9,11-17
 
 
 def _known(value: str | None) -> str | None:
     return None if value in (None, "", "N/A") else value
 
 
-def _numa(value: str | None) -> int | None:
+def _cpus(value: str | None, *, where: str) -> str | None:
+    value = _known(value)
+    if value is not None and not _LIST.match(value):
+        raise TopoError(f"{where}: {value!r} is not a CPU list (e.g. 0-55,112-167) or N/A")
+    return value
+
+
+def _numa(value: str | None, *, where: str) -> int | None:
+    """The GPU's NUMA node: one number. A list (``0-1``, ``0,3-9,11-17``: the GPU is as close to several
+    nodes) is no single node, so unknown; anything else is an error."""
     value = _known(value)
     if value is None:
         return None
-    if not value.isdigit():  # a GPU spanning NUMA nodes prints e.g. "0-1": not one node, so unknown
-        return None
-    return int(value)
+    if not _LIST.match(value):
+        raise TopoError(f"{where}: {value!r} is not a NUMA node list (e.g. 0, 0-1, 0,3-9) or N/A")
+    return int(value) if value.isdigit() else None
+
+
+def _numa_id(value: str | None, *, where: str) -> None:
+    value = _known(value)
+    if value is not None and not value.isdigit():
+        raise TopoError(f"{where}: {value!r} is not a NUMA node id or N/A")
 
 
 @dataclass(frozen=True)
@@ -136,11 +171,7 @@ class ListedGpu:
 
 def has_matrix(text: str) -> bool:
     """Whether ``text`` holds a ``topo -m`` matrix (a /metrics page or a bundle file never does)."""
-    try:
-        _header_line([_ESCAPE.sub("", line) for line in text.splitlines()], "")
-    except TopoError:
-        return False
-    return True
+    return topo_cells.header_at(text.splitlines()) is not None
 
 
 def listing(text: str, *, source: str = "<text>") -> dict[int, ListedGpu]:
@@ -161,8 +192,10 @@ def listing(text: str, *, source: str = "<text>") -> dict[int, ListedGpu]:
 
 def frames(parsed: Topology, *, node: str, listed: dict[int, ListedGpu], stored, source: str = "<text>") -> dict:
     """Bundle frames for ``node``: ``topology`` (every GPU pair of the matrix) and ``devices`` (the
-    GPUs whose NUMA node the matrix knows: the stored rows of that GPU with it set, else a row from
-    the listing). ``stored``: the node's devices in the store (model.BUNDLE_COLUMNS["devices"])."""
+    node's stored rows of each GPU whose NUMA node the matrix knows, with it set). A capture never
+    creates a device (a device is billed): a GPU the store does not hold gets its links only, and
+    ``unstored`` counts the NUMA nodes that were left out for that reason. ``stored``: the node's
+    devices in the store (model.BUNDLE_COLUMNS["devices"])."""
     import pandas as pd
 
     from gpuwatch.model import BUNDLE_COLUMNS
@@ -170,23 +203,22 @@ def frames(parsed: Topology, *, node: str, listed: dict[int, ListedGpu], stored,
     uuids = _uuids(parsed, listed, stored, node=node, source=source)
     links = [(node, uuids[x.gpu], uuids[x.peer], x.link, x.nvlinks) for x in parsed.links]
     topology = pd.DataFrame(links, columns=list(BUNDLE_COLUMNS["topology"])).astype({"nvlinks": "Int64"})
-    rows = []
+    rows, unstored = [], 0
     for gpu in parsed.gpus:
         if gpu.numa_node is None:
             continue
         known = stored[stored["gpu_uuid"] == uuids[gpu.index]]
-        if len(known):
-            rows += [r | {"node": node, "numa_node": gpu.numa_node} for r in known.to_dict("records")]
-        else:
-            listed_gpu = listed[gpu.index]
-            rows.append({"node": node, "gpu_uuid": listed_gpu.uuid, "gpu_index": gpu.index,
-                         "gpu_model": listed_gpu.model, "numa_node": gpu.numa_node})
+        rows += [r | {"node": node, "numa_node": gpu.numa_node} for r in known.to_dict("records")]
+        unstored += not len(known)
     devices = pd.DataFrame(rows, columns=list(BUNDLE_COLUMNS["devices"]))
-    return {"topology": topology, "devices": devices} if rows else {"topology": topology}
+    return {"topology": topology, "devices": devices, "unstored": unstored} if rows else {
+        "topology": topology, "unstored": unstored}
 
 
 def _uuids(parsed: Topology, listed: dict[int, ListedGpu], stored, *, node: str, source: str) -> dict[int, str]:
-    """GPU index -> UUID: the capture's own listing first, else the store's whole-GPU rows."""
+    """GPU index -> UUID: the capture's own listing first, else the store's whole-GPU rows. A listed
+    GPU must be the one the store holds at that index of the node, if it holds the node at all
+    (a capture of another machine would move links and NUMA nodes onto the wrong GPUs)."""
     whole = stored[stored["mig_gi_id"].isna() & stored["gpu_index"].notna()]
     by_index = {int(i): u for i, u in zip(whole["gpu_index"], whole["gpu_uuid"], strict=True)}
     out = {}
@@ -196,5 +228,11 @@ def _uuids(parsed: Topology, listed: dict[int, ListedGpu], stored, *, node: str,
             raise TopoError(f"{source}: GPU{index} has no UUID: no 'nvidia-smi -L' line for it in the file and "
                             f"no device of node {node} with gpu_index {index} in the store (load the node's "
                             "devices first, or capture 'nvidia-smi -L' with 'topo -m')")
+        if len(stored) and index in listed and by_index.get(index, uuid) != uuid:
+            raise TopoError(f"{source}: GPU {index} is {uuid} in the file's 'nvidia-smi -L' listing but "
+                            f"{by_index[index]} on node {node} in the store: is the capture from another machine?")
+        if len(stored) and uuid not in set(stored["gpu_uuid"]):
+            raise TopoError(f"{source}: GPU {index} ({uuid}) is not a GPU of node {node} in the store: "
+                            "is the capture from another machine?")
         out[index] = uuid
     return out

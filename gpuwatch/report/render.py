@@ -69,17 +69,22 @@ def cell(value: Any, column: str) -> str:
 
 
 @cache
-def environment():
-    """The Jinja2 environment, built once per process (compiling the template costs ~0.2 s)."""
+def environment(unpriced: bool = False):
+    """The Jinja2 environment, built once per process and mode (compiling the template costs ~0.2 s).
+    ``unpriced``: no GPU in the store has a price, so every dollar is unknown and says "unpriced" (a sum
+    of nothing priced is not $0.00); a separate environment, so the other one's filters stay as they are."""
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("gpuwatch.report", "."), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=False, keep_trailing_newline=True)
     env.filters.update(usd=usd, pct=pct, signed_pct=signed_pct, num=num, int_or_blank=int_or_blank, gib=gib,
                        duration=duration, ts=ts, cell=cell)
+    if unpriced:
+        env.filters.update(usd=lambda value: "unpriced",
+                           cell=lambda value, column: "unpriced" if column.endswith("_usd") else cell(value, column))
     return env
 
 
-def page(context: dict, *, version: str) -> str:
-    """The HTML page for one view (fleet or team)."""
-    return environment().get_template(TEMPLATE).render(version=version, **context)  # compiled once, cached by Jinja
+def page(context: dict, *, version: str, unpriced: bool = False) -> str:
+    """The HTML page for one view (fleet or team); ``unpriced``: see ``environment``."""
+    return environment(unpriced).get_template(TEMPLATE).render(version=version, **context)  # compiled once, cached

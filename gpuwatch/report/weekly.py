@@ -92,11 +92,13 @@ def write(data: WeekData, out: Path, *, version: str) -> list[Path]:
     written = []
     links = {team: f"team-{slug(team)}.html" for team in view.teams(data)}
     fleet = view.fleet_view(data, links=links)
-    (out / "fleet.html").write_text(render.page(fleet, version=version), encoding="utf-8")
+    prices = data.frames["prices"]["price_source"]
+    unpriced = bool(len(prices)) and bool((prices == "unpriced").all())  # no GPU has a price: no dollar is known
+    (out / "fleet.html").write_text(render.page(fleet, version=version, unpriced=unpriced), encoding="utf-8")
     written.append(out / "fleet.html")
     for team, name in links.items():
         path = out / name
-        path.write_text(render.page(view.team_view(data, team), version=version), encoding="utf-8")
+        path.write_text(render.page(view.team_view(data, team), version=version, unpriced=unpriced), encoding="utf-8")
         written.append(path)
     written.append(write_chargeback(data, out / "chargeback.csv"))
     csvfile.to_csv(data.frames["prices"], out / "prices.csv")

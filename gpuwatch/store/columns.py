@@ -83,6 +83,8 @@ def plan(name: str, types: dict[str, str], *, file: str) -> tuple[list[str], lis
         rules.append(Rule("node_selector", f"nullif(trim({text}), '') IS NOT NULL AND CASE WHEN json_valid({text}) "
                                            f"THEN json_type(CAST({text} AS JSON)) <> 'OBJECT' ELSE TRUE END",
                           text, "{raw} is not a JSON object of node selector labels (e.g. {{\"nvidia.com/gpu.product\": \"H100\"}})"))
+    if name == "topology":
+        rules += _topology_rules(values, types)
     for table, column, allowed in ENUMS:
         if name == table and column in types:
             text, listed = values[column], ", ".join(f"'{v.lower()}'" for v in allowed)
@@ -91,6 +93,19 @@ def plan(name: str, types: dict[str, str], *, file: str) -> tuple[list[str], lis
     if name == "pods" and "start_ts" in types and "end_ts" in types:
         rules.append(Rule("end_ts", f"({values['end_ts']}) < ({values['start_ts']})", "NULL", "ends before start_ts"))
     return [f"{v} AS {_quote(c)}" for c, v in values.items()], rules
+
+
+def _topology_rules(values: dict[str, str], types: dict[str, str]) -> list[Rule]:
+    """A link joins two different GPUs; ``nvlinks`` counts NVLinks, so it is at least 1 on an NV link
+    (or empty: width unknown) and empty (or 0) on a PCIe path."""
+    rules = [Rule("peer_gpu_uuid", f"trim({values['gpu_uuid']}) = trim({values['peer_gpu_uuid']})",
+                  values["peer_gpu_uuid"], "{raw} is the GPU itself: a link joins two different GPUs")]
+    if "nvlinks" in types and "link" in types:
+        link, count = f"upper(trim({values['link']}))", values["nvlinks"]
+        rules.append(Rule("nvlinks", f"({link} = 'NV' AND {count} = 0) OR ({link} <> 'NV' AND {count} <> 0)",
+                          count, "{raw} does not fit its link: NVLinks are counted on an NV link only (at least 1, "
+                                 "or empty when unknown)"))
+    return rules
 
 
 def plan_ts(source: str) -> str:

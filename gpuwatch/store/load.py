@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.model import BUNDLE_COLUMNS
-from gpuwatch.store import bundle, columns, keys, places
+from gpuwatch.store import bundle, columns, keys, places, prices_match, topology_match
 from gpuwatch.store.columns import ROW
 from gpuwatch.store.restage import replace_samples, restage_streams, stage_all
 from gpuwatch.store.staged import refresh
@@ -39,6 +39,14 @@ KEYS = {"devices": ("node", "gpu_uuid", "mig_gi_id"), "pods": ("namespace", "pod
         "pod_status": ("ts", "namespace", "pod", "container"), "health": ("ts", "node", "gpu_uuid", "kind"),
         "topology": ("node", "gpu_uuid", "peer_gpu_uuid"), "processes": ("ts", "node", "gpu_uuid", "mig_gi_id", "pid"),
         "scheduler_pending": ("ts", "scheduler", "queue", "job", "status", "unit")}
+
+
+# Checks of a table's typed rows against the store (after this load's devices), before they are upserted.
+CHECKS = {"topology": topology_match.check}
+# Keys matched on a normal form rather than as written: a price is keyed by its model as staging matches
+# it (model_key: trimmed, case-folded) and its node label (trimmed, empty = none), so a later price for
+# "nvidia h100 80gb hbm3" replaces an earlier one for "NVIDIA H100 80GB HBM3" instead of standing beside it.
+KEY_FORMS = {"prices": {"gpu_model": "model_key({})", "node_label": "nullif(trim({}), '')"}}
 
 
 # Facts another load may have supplied (ingest --from topo.txt --node writes a node's NUMA nodes; a later
@@ -105,14 +113,15 @@ def _load(con: Any, parts: dict[str, tuple[Iterator, str]], *, source: str, wind
     counts = dict.fromkeys(BUNDLE_COLUMNS, 0)
     with _transaction(con):
         places.start(con)
-        for name, (pieces, file) in parts.items():
-            if name != "samples":
-                counts[name] = sum(_insert_part(con, name, part, file=file, cluster=cluster) for part in pieces)
+        for name, (pieces, file) in sorted(parts.items(), key=lambda item: item[0] != "devices"):  # devices first:
+            if name != "samples":  # the topology check reads them
+                counts[name] = sum(_insert_part(con, name, part, file=file, cluster=cluster, check=CHECKS.get(name))
+                                   for part in pieces)
         for item in prices:
             if str(item) == LIST_PRICES:
                 _replace_list_prices(con)
             else:
-                counts["prices"] += sum(_insert_part(con, "prices", part, file=str(item))
+                counts["prices"] += sum(_insert_part(con, "prices", part, file=str(item), check=prices_match.check)
                                         for part in bundle.parts(Path(item)))
         for item in teams:
             counts["teams"] += sum(_insert_part(con, "teams", part, file=str(item)) for part in bundle.parts(Path(item)))
@@ -141,9 +150,10 @@ def _load(con: Any, parts: dict[str, tuple[Iterator, str]], *, source: str, wind
 
 
 def _insert_part(con: Any, name: str, part, *, file: str, append: bool = False, cluster: str | None = None,
-                 into: str | None = None) -> int:
+                 into: str | None = None, check=None) -> int:
     """Type and check one part of a file in one statement; small tables are upserted by key, samples
-    gather in ``incoming_samples`` until every part is checked (``into``: straight into that table)."""
+    gather in ``incoming_samples`` until every part is checked (``into``: straight into that table).
+    ``check(con, file=...)``: a further check of the typed rows (``incoming``) before they are upserted."""
     import duckdb
 
     view, types = part(con)
@@ -174,6 +184,8 @@ def _insert_part(con: Any, name: str, part, *, file: str, append: bool = False, 
         _qualify(con, "incoming", name, cluster, file=file)
         if name == "devices":
             places.touched(con, "incoming")
+        if check is not None:
+            check(con, file=file)
         return _upsert_incoming(con, name)
     finally:
         con.execute("DROP TABLE incoming")
@@ -197,10 +209,12 @@ def _qualify(con: Any, table: str, name: str, cluster: str | None, *, file: str)
 
 def _upsert_incoming(con: Any, name: str) -> int:
     # the last row of a key wins, as in a file read top to bottom
-    keys = ", ".join(KEYS[name])
+    form = KEY_FORMS.get(name, {})
+    key = {k: form.get(k, "{}") for k in KEYS[name]}
+    keys = ", ".join(key[k].format(k) for k in KEYS[name])
     con.execute(f"CREATE OR REPLACE TEMP TABLE incoming AS SELECT * EXCLUDE ({ROW}) FROM incoming "
                 f"QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY {ROW} DESC) = 1")
-    match = " AND ".join(f"t.{k} IS NOT DISTINCT FROM i.{k}" for k in KEYS[name])
+    match = " AND ".join(f"{key[k].format('t.' + k)} IS NOT DISTINCT FROM {key[k].format('i.' + k)}" for k in KEYS[name])
     for column in KEPT.get(name, ()):
         con.execute(f"UPDATE incoming i SET {column} = t.{column} FROM {name} t WHERE {match} AND i.{column} IS NULL")
     if name == "pods":  # no uid: kube-state-metrics never reported the pod, its start is only when a read first

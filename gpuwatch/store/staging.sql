@@ -168,14 +168,19 @@ CREATE OR REPLACE TABLE stg_gpus AS SELECT * FROM stg_gpus_def LIMIT 0;
 
 -- Namespace -> team (the teams file): an exact name wins over a glob, a longer glob over a shorter one;
 -- NULL when no row matches.
--- In a store holding several clusters (ingest --cluster), a namespace is "<cluster>/<namespace>": the
--- teams file names namespaces without their cluster (one map for every cluster).
+-- In a store holding several clusters (ingest --cluster), a namespace is "<cluster>/<namespace>": a
+-- teams row naming a bare namespace ("nlp-train", "nlp-*") maps it in every cluster, one naming a
+-- qualified one ("prod/nlp-train", "prod/nlp-*") in that cluster only, and wins over a bare one
+-- (after exactness: an exact name still wins over a glob).
 CREATE OR REPLACE MACRO cluster_of(name) AS CASE WHEN contains(name, '/') THEN split_part(name, '/', 1) END;
 CREATE OR REPLACE MACRO unqualified(name) AS regexp_replace(name, '^[^/]*/', '');
 CREATE OR REPLACE MACRO namespace_team(ns) AS (
-    SELECT arg_max(trim(t.team), (trim(t.namespace) = unqualified(ns), length(trim(t.namespace)), t.team))
+    SELECT arg_max(trim(t.team), (trim(t.namespace) IN (ns, unqualified(ns)), contains(trim(t.namespace), '/'),
+                                  length(trim(t.namespace)), t.team))
     FROM teams t
-    WHERE unqualified(ns) GLOB trim(t.namespace) AND nullif(trim(t.team), '') IS NOT NULL
+    WHERE CASE WHEN contains(trim(t.namespace), '/') THEN ns GLOB trim(t.namespace)
+               ELSE unqualified(ns) GLOB trim(t.namespace) END
+      AND nullif(trim(t.team), '') IS NOT NULL
 );
 
 -- Pods: one allocation per (namespace, pod) (the latest start wins), its team and what it costs.
