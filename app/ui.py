@@ -22,6 +22,7 @@ import gpuwatch.analyses as analyses
 import gpuwatch.analyses.chargeback as chargeback_analysis
 import gpuwatch.analyses.params as analysis_params
 import gpuwatch.analyses.schedulable_capacity as schedulable_capacity
+import gpuwatch.idle_bridge as idle_bridge
 import gpuwatch.recommendations as recommendations
 import gpuwatch.store as store
 import gpuwatch.units as units
@@ -360,6 +361,21 @@ def slice_spans(slices: pd.DataFrame) -> dict[tuple[str, str, str], str]:
     """(layout, gpu_uuid, instance) -> "slices 4–7": the memory slices each instance covers in mig_layout."""
     spans = slices.dropna(subset=["instance"]).groupby(["layout", "gpu_uuid", "instance"])["slice"].agg(["min", "max"])
     return {key: f"slice {lo}" if lo == hi else f"slices {lo}–{hi}" for key, (lo, hi) in spans.iterrows()}
+
+
+def bridge(ctx: Context, idle: pd.DataFrame | None = None) -> None:
+    """The idle bridge (gpuwatch/idle_bridge.py: the steps the CLI, report and metrics print) over the
+    idle_hoarding frame of the selected teams, as a table, and what changing the window does."""
+    idle = for_teams(ctx, analysis(ctx, "idle_hoarding")) if idle is None else idle
+    steps = idle_bridge.bridge(idle, hours_per_month=float(analysis_params.DEFAULTS["hours_per_month"]))
+    rows = pd.DataFrame(steps.rows())
+    shown = pd.DataFrame({"Pods": rows["pods"].map("{:,}".format), "Amount": rows["amount"],
+                          "What it counts": rows["meaning"], "When the window changes": rows["window"]})
+    st.table(shown.set_index(rows["label"].rename("Step")))
+    st.caption("Steps 1–3 add up idle time inside the window, so a longer window shows more dollars; steps 3–4 "
+               "are judged at the window's end; step 5 is each pod's own idle rate, so it does not shrink when the "
+               "window is longer than the pod's life. The reclaim controller acts on step 4's pods its policy "
+               "allows (Reclaim audit).")
 
 
 def money(value: float) -> str:

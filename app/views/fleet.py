@@ -62,6 +62,8 @@ if not ctx.teams:
     tile(cols[3], "Stranded MIG", part(charge, "stranded"), part(previous, "stranded"))
 if previous is None:
     st.caption("No change shown: the data does not cover the period of the same length before this window.")
+with st.expander("Idle GPUs: from the idle cost above to what giving GPUs back saves a month", expanded=True):
+    ui.bridge(ctx)
 
 left, right = st.columns(2)
 with left:

@@ -13,6 +13,9 @@ st.caption("A pod is a hoarder when its GPU was idle (reported < 5 % and SM acti
            "of ≥ 1 h observed, or it has been idle for ≥ 15 min right up to the end of the window "
            "(*reclaimable now*). Thresholds: the defaults of `gpuwatch analyze` (see its `--help`).")
 frame = ui.for_teams(ctx, ui.analysis(ctx, "idle_hoarding"))
+st.subheader("From idle time to a monthly saving")
+ui.bridge(ctx, frame)
+st.subheader("Pods")
 hoarders_only = st.toggle("Hoarders only", value=True, key="idle_hoarders_only")
 shown = frame[frame["hoarder"].fillna(False).astype(bool)] if hoarders_only else frame
 filters = st.columns(3)

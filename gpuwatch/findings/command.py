@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpuwatch import analyses, recommendations, store, units
+from gpuwatch import analyses, idle_bridge, recommendations, store, units
 from gpuwatch.analyses import chargeback
 from gpuwatch.analyses import params as defaults
 from gpuwatch.findings import FAILURES, TOPOLOGY, csvfile, findings
@@ -127,8 +127,8 @@ def summary(results: dict, *, start: datetime, end: datetime, hours_per_month: f
     idle = results.get("idle_hoarding")
     if idle is not None:
         hoarders = idle[idle["hoarder"].fillna(False).astype(bool)]
-        lines.append(f"hoarders: {len(hoarders)} pods, {hoarders['idle_gpu_hours'].sum():,.1f} idle GPU-hours, "
-                     f"${hoarders['idle_cost_usd'].sum():,.2f}")
+        lines.append(f"hoarders: {len(hoarders)} pods, {hoarders['idle_gpu_hours'].sum():,.1f} idle GPU-hours")
+        lines += idle_bridge.bridge(idle, hours_per_month=hours_per_month).lines()
     false = results.get("false_utilization")
     if false is not None:
         offenders = false[false["offender"].fillna(False).astype(bool)]
