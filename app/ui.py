@@ -367,11 +367,12 @@ def bridge(ctx: Context, idle: pd.DataFrame | None = None) -> None:
     """The idle bridge (gpuwatch/idle_bridge.py: the steps the CLI, report and metrics print) over the
     idle_hoarding frame of the selected teams, as a table, and what changing the window does."""
     idle = for_teams(ctx, analysis(ctx, "idle_hoarding")) if idle is None else idle
-    steps = idle_bridge.bridge(idle, hours_per_month=float(analysis_params.DEFAULTS["hours_per_month"]))
+    steps = idle_bridge.bridge(idle, chargeback=for_teams(ctx, chargeback(ctx)),
+                               hours_per_month=float(analysis_params.DEFAULTS["hours_per_month"]))
     rows = pd.DataFrame(steps.rows())
-    shown = pd.DataFrame({"Pods": rows["pods"].map("{:,}".format), "Amount": rows["amount"],
+    shown = pd.DataFrame({"Step": rows["label"], "Pods": rows["pods"].map("{:,}".format), "Amount": rows["amount"],
                           "What it counts": rows["meaning"], "When the window changes": rows["window"]})
-    st.table(shown.set_index(rows["label"].rename("Step")))
+    st.table(shown.set_index(rows["number"].astype(str).rename("#")))
     st.caption("Steps 1–3 add up idle time inside the window, so a longer window shows more dollars; steps 3–4 "
                "are judged at the window's end; step 5 is each pod's own idle rate, so it does not shrink when the "
                "window is longer than the pod's life. The reclaim controller acts on step 4's pods its policy "

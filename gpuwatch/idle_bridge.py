@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from gpuwatch import units
 
+STEPS = ("idle", "hoarders", "holding", "reclaimable", "run_rate")
 WINDOW_EFFECT = {
     "idle": "grows with the window: the idle cost inside it",
     "hoarders": "grows with the window; a pod's idle share is judged over its time in the window",
@@ -49,43 +50,46 @@ class Bridge:
     hours_per_month: float = units.HOURS_PER_MONTH
 
     def rows(self) -> list[dict]:
-        """The steps as table rows: step key, label, pods, amount (text), what it counts, what a window change does."""
+        """The steps as table rows: step key, number, label, pods, amount (text), what it counts, what a window change does."""
         gpus = f"{self.reclaimable_gpus:g} GPUs, " if self.reclaimable_pods else ""
         return [
-            _row("idle", "1. Idle in the window", self.idle_pods, money(self.idle_usd),
+            _row("idle", "Idle in the window", self.idle_pods, money(self.idle_usd),
                  "every allocated pod's idle GPU time at its price: the chargeback's idle"),
-            _row("hoarders", "2. of which hoarders", self.hoarder_pods, money(self.hoarder_usd),
+            _row("hoarders", "of which hoarders", self.hoarder_pods, money(self.hoarder_usd),
                  "pods idle most of their observed time, or idle right up to the end"),
-            _row("holding", "3. still holding their GPUs", self.holding_pods, money(self.holding_usd),
+            _row("holding", "still holding their GPUs", self.holding_pods, money(self.holding_usd),
                  "hoarders whose GPUs were still sampled at the window's end; the others ended"),
-            _row("reclaimable", "4. reclaimable now", self.reclaimable_pods,
+            _row("reclaimable", "reclaimable now", self.reclaimable_pods,
                  f"{gpus}{money(self.reclaimable_usd_per_hour)}/hour",
                  "idle for the reclaim threshold right up to the end: what they cost per hour held"),
-            _row("run_rate", "5. run-rate if given back", self.reclaimable_pods,
+            _row("run_rate", "run-rate if given back", self.reclaimable_pods,
                  f"{money(self.run_rate_usd_per_month)}/month",
                  f"each reclaimable pod's idle cost per hour it was observed x {self.hours_per_month:g} h"),
         ]
 
     def lines(self) -> list[str]:
         """Plain text: one line per step (the CLI summary)."""
-        rows = self.rows()
+        rows = [{**r, "label": f"{r['number']}. {r['label']}"} for r in self.rows()]
         width = max(len(r["label"]) for r in rows)
         amount = max(len(r["amount"]) for r in rows)
         return ["idle GPUs, from the window to a monthly saving:"] + [
             f"  {r['label']:<{width}}  {r['pods']:>5,} pods  {r['amount']:>{amount}}  ({r['meaning']})" for r in rows]
 
 
-def bridge(idle, *, hours_per_month: float = units.HOURS_PER_MONTH) -> Bridge:
-    """The bridge over one idle_hoarding frame (None or empty: every step 0)."""
+def bridge(idle, *, chargeback=None, hours_per_month: float = units.HOURS_PER_MONTH) -> Bridge:
+    """The bridge over one idle_hoarding frame (None or empty: every step 0). ``chargeback``: the same
+    window's chargeback rows (already narrowed to the same teams), whose idle cents step 1 then quotes,
+    so it equals the Fleet and Chargeback pages' idle to the cent (they round each team row)."""
     if idle is None or not len(idle):
         return Bridge(0, 0.0, 0, 0.0, 0, 0.0, 0, 0.0, 0.0, 0.0, hours_per_month)
     idle_usd = idle["idle_cost_usd"].fillna(0.0).astype(float)
+    total = idle_usd.sum() if chargeback is None else chargeback.loc[chargeback["kind"] == "team", "idle_usd"].sum()
     hoarder = _flag(idle, "hoarder")
     reclaimable = _flag(idle, "reclaimable_now")
     holding = hoarder & (held_at_end(idle) | reclaimable)
     now = idle[reclaimable]
     return Bridge(
-        idle_pods=int((idle_usd > 0).sum()), idle_usd=_cents(idle_usd.sum()),
+        idle_pods=int((idle_usd > 0).sum()), idle_usd=_cents(total),
         hoarder_pods=int(hoarder.sum()), hoarder_usd=_cents(idle_usd[hoarder].sum()),
         holding_pods=int(holding.sum()), holding_usd=_cents(idle_usd[holding].sum()),
         reclaimable_pods=int(reclaimable.sum()), reclaimable_gpus=float(now["gpu_count"].fillna(0).sum()),
@@ -120,7 +124,7 @@ def money(value: float) -> str:
 
 
 def _row(step: str, label: str, pods: int, amount: str, meaning: str) -> dict:
-    return {"step": step, "label": label, "pods": pods, "amount": amount, "meaning": meaning,
+    return {"step": step, "number": STEPS.index(step) + 1, "label": label, "pods": pods, "amount": amount, "meaning": meaning,
             "window": WINDOW_EFFECT[step]}
 
 

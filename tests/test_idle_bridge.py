@@ -48,9 +48,10 @@ def _amounts(rows: list[dict]) -> dict[str, tuple[int, str]]:
 
 def test_the_steps_are_what_the_analyses_say(week):
     idle, charge, recs = week["idle_hoarding"], week["chargeback"], week["recommendations"]
-    steps = idle_bridge.bridge(idle)
+    steps = idle_bridge.bridge(idle, chargeback=charge)
     team_idle = charge.loc[charge["kind"] == "team", "idle_usd"].sum()
-    assert steps.idle_usd == pytest.approx(team_idle, abs=0.01)  # the chargeback's idle, to the cent
+    assert steps.idle_usd == round(team_idle, 2)  # the chargeback's idle, to the cent
+    assert steps.idle_usd == pytest.approx(idle["idle_cost_usd"].sum(), abs=0.01)  # = every pod's idle cost
     hoarders = idle[idle["hoarder"]]
     assert (steps.hoarder_pods, steps.hoarder_usd) == (len(hoarders), round(hoarders["idle_cost_usd"].sum(), 2))
     now = idle[idle["reclaimable_now"]]
@@ -68,7 +69,8 @@ def test_the_steps_are_what_the_analyses_say(week):
 
 
 def test_four_surfaces_print_the_same_bridge(sample_db, week, tmp_path, capsys, monkeypatch):
-    want = _amounts(idle_bridge.bridge(week["idle_hoarding"]).rows())
+    steps = idle_bridge.bridge(week["idle_hoarding"], chargeback=week["chargeback"])
+    want = _amounts(steps.rows())
     # 1. gpuwatch analyze --format table
     assert main(["analyze", "--db", str(sample_db), "--format", "table"]) == 0
     text = capsys.readouterr().out
@@ -85,7 +87,6 @@ def test_four_surfaces_print_the_same_bridge(sample_db, week, tmp_path, capsys, 
     con = store.connect(str(sample_db), read_only=True)
     metrics = derived.render(con, window="7d")
     con.close()
-    steps = idle_bridge.bridge(week["idle_hoarding"])
     served = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
               if line and not line.startswith("#")}
     assert served['gpuwatch_idle_bridge_usd{step="idle"}'] == steps.idle_usd

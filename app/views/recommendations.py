@@ -15,6 +15,7 @@ st.caption(f"Monthly savings = the run-rate of the waste each action removes, as
            "the waste at stake and are not counted as savings: a person must look first.")
 KINDS = {"reclaim_idle": "Give back idle GPUs", "rightsize_mig": "Right-size to a MIG instance",
          "repack_mig": "Repack MIG instances", "investigate_false_util": "Investigate false utilization",
+         "investigate_hoarder": "Ask hoarders busy at the end to give GPUs back",
          "fix_mig_profile": "Move to a MIG profile that fits", "gang_schedule": "Gang-schedule stalled jobs",
          "reset_gpu": "Reset GPUs holding orphaned memory", "pin_driver": "Pin the pool's driver",
          "cordon_gpu": "Cordon failing GPUs", "investigate_xid": "Investigate application XIDs",

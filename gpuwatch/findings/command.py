@@ -128,7 +128,7 @@ def summary(results: dict, *, start: datetime, end: datetime, hours_per_month: f
     if idle is not None:
         hoarders = idle[idle["hoarder"].fillna(False).astype(bool)]
         lines.append(f"hoarders: {len(hoarders)} pods, {hoarders['idle_gpu_hours'].sum():,.1f} idle GPU-hours")
-        lines += idle_bridge.bridge(idle, hours_per_month=hours_per_month).lines()
+        lines += idle_bridge.bridge(idle, chargeback=charge, hours_per_month=hours_per_month).lines()
     false = results.get("false_utilization")
     if false is not None:
         offenders = false[false["offender"].fillna(False).astype(bool)]

@@ -166,7 +166,7 @@ def findings(frames: dict) -> dict[str, list[tuple[tuple, float]]]:
     idle, false = frames.get("idle_hoarding"), frames.get("false_utilization")
     if idle is not None:
         out["gpuwatch_idle_gpu_hours"] = _per_pod(idle, "idle_gpu_hours")
-        out.update(_bridge(idle_bridge.bridge(idle)))
+        out.update(_bridge(idle_bridge.bridge(idle, chargeback=frames.get("chargeback"))))
     if false is not None:
         out["gpuwatch_false_util_gpu_hours"] = _per_pod(false, "false_util_gpu_hours")
     out["gpuwatch_waste_usd"] = _waste(frames.get("chargeback"), idle, false)

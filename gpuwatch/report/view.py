@@ -187,7 +187,7 @@ def _findings(data, *, team: str | None) -> dict:
     mig = data.frames["mig_fragmentation"] if team is None else data.frames["mig_fragmentation"].iloc[0:0]
     return {
         "hoarders": hoarders.to_dict("records"),
-        "bridge": idle_bridge.bridge(idle).rows(),
+        "bridge": idle_bridge.bridge(idle, chargeback=pick(data.frames["chargeback"])).rows(),
         "false_util": offenders.to_dict("records"),
         "false_util_columns": [{"name": c, "title": t, "numeric": n} for c, t, n in (
             ("namespace", "Namespace", False), ("pod", "Pod", False), ("team", "Team", False),
