@@ -15,7 +15,7 @@ import re
 import pandas as pd
 import pytest
 
-from gpuwatch import analyses, idle_bridge, store
+from gpuwatch import idle_bridge, store
 from gpuwatch.analyses.params import params, window
 from gpuwatch.cli import main
 from gpuwatch.findings import exporter as derived

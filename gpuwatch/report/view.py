@@ -10,8 +10,8 @@ from typing import Any
 
 import pandas as pd
 
-from gpuwatch import mig as mig_geometry
 from gpuwatch import idle_bridge, recommendations
+from gpuwatch import mig as mig_geometry
 from gpuwatch.analyses import chargeback
 from gpuwatch.report import charts, health, topology
 
