@@ -291,6 +291,58 @@ def readable(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+# words a column name spells in lower case that a header spells otherwise
+WORDS = {"gpu": "GPU", "gpus": "GPUs", "sm": "SM", "fb": "FB", "mig": "MIG", "uuid": "UUID", "id": "ID", "xid": "XID",
+         "ecc": "ECC", "numa": "NUMA", "nvlink": "NVLink", "pcie": "PCIe", "gib": "GiB", "ts": "time", "usd": "",
+         "h": "(h)", "k8s": "Kubernetes", "util": "utilization", "fgd": "FGD", "p95": "p95"}
+LONG_TEXT = ("action", "evidence", "basis", "reason", "why", "pods", "detail", "recommendation", "instances", "teams")
+
+
+def header(column: str) -> str:
+    """A header from a column name: ``idle_cost_usd`` -> "Idle cost", ``max_fb_used_gib_idle`` -> "Max FB used GiB
+    idle", ``observed_h`` -> "Observed (h)" (dollars and percentages are in the cells' format)."""
+    words = [WORDS.get(w, w) for w in column.split("_")]
+    text = " ".join(w for w in words if w) or column
+    return text[:1].upper() + text[1:]
+
+
+def _missing_as_dash(frame: pd.DataFrame, config: dict):
+    """Missing cells as "—": text columns directly; numbers and times through a Styler's display values
+    (the cells keep their numbers, so sorting still works), formatted as ``config`` formats them."""
+    out = frame.copy()
+    numbers = [c for c in out.columns if (pd.api.types.is_numeric_dtype(out[c]) and not pd.api.types.is_bool_dtype(out[c]))
+               or pd.api.types.is_datetime64_any_dtype(out[c])]
+    for col in out.columns:
+        if col not in numbers and out[col].isna().any():  # text, flags, categories
+            out[col] = out[col].astype(object).where(out[col].notna(), "—")
+    gaps = [c for c in numbers if out[c].isna().any()]
+    if not gaps:
+        return out
+    formats = {c: _formatter(config.get(c), out[c]) for c in gaps}
+    return out.style.format(formats, na_rep="—", subset=gaps)
+
+
+def _formatter(column_config, values: pd.Series):
+    """The display text of one column's values, as its column config would draw them."""
+    kind = (column_config or {}).get("type_config", {}).get("format") if isinstance(column_config, dict) else None
+    if pd.api.types.is_datetime64_any_dtype(values):
+        return lambda v: f"{v:%Y-%m-%d %H:%M:%S}"
+    if kind == "dollar":
+        return "${:,.2f}".format
+    if kind == "percent":
+        return lambda v: f"{v * 100:,.2f}%"
+    if kind in ("%.1f GiB", "%.1f"):
+        return lambda v: kind % v
+    return lambda v: f"{int(v):,}" if float(v).is_integer() else f"{v:,.4g}"
+
+
+def usd_axis(**kwargs):
+    """A dollar axis whose tick labels never repeat ($0 $0.5 $1 on a small range, $1,000 on a large one)."""
+    import altair as alt
+
+    return alt.Axis(format="$,.2~f", **kwargs)
+
+
 def _column_config(frame: pd.DataFrame, labels: dict[str, str] | None = None) -> dict:
     """Display formats by column-name convention (dollars with thousands separators, ratios as
     percentages, GiB, hours), keyed by the shown header (``labels[col]`` where given)."""
@@ -298,6 +350,8 @@ def _column_config(frame: pd.DataFrame, labels: dict[str, str] | None = None) ->
     config = {}
     for col in frame.columns:
         label = labels.get(col, col)
+        if col in LONG_TEXT and not pd.api.types.is_numeric_dtype(frame[col]):
+            config[label] = st.column_config.TextColumn(width="large")  # long text: room to read it
         if not pd.api.types.is_numeric_dtype(frame[col]) or pd.api.types.is_bool_dtype(frame[col]):
             continue
         if any(k in col for k in MONEY):
@@ -316,16 +370,18 @@ def _column_config(frame: pd.DataFrame, labels: dict[str, str] | None = None) ->
 def table(frame: pd.DataFrame, name: str, *, empty: str, columns: dict[str, str] | None = None) -> None:
     """A sortable table with a CSV download (base units), or the ``empty`` explanation when there are no rows.
 
-    ``columns``: the key columns, first and in this order, with their friendly headers (the rest follow
-    under their own names)."""
+    ``columns``: the key columns, first and in this order, with their friendly headers (the rest follow,
+    each under a header made from its name: ``header``). A missing value reads "—", never "None"."""
     if frame.empty:
         st.info(empty)
         return
     shown = readable(frame)
     labels = {readable(frame[[c]]).columns[0]: label for c, label in (columns or {}).items() if c in frame.columns}
     shown = shown[[*labels, *(c for c in shown.columns if c not in labels)]]
+    labels |= {c: header(c) for c in shown.columns if c not in labels}
     config = _column_config(shown, labels)
-    st.dataframe(shown.rename(columns=labels), hide_index=True, width="stretch", column_config=config)
+    display = shown.rename(columns=labels)
+    st.dataframe(_missing_as_dash(display, config), hide_index=True, width="stretch", column_config=config)
     st.download_button(f"Download {name}.csv", csvfile.to_csv(frame).encode(), file_name=f"{name}.csv",
                        mime="text/csv", key=f"csv_{name}")
 

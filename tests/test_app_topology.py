@@ -172,7 +172,7 @@ def test_without_topology_the_page_says_unknown_not_zero(unknown_db, monkeypatch
     assert sum(UNKNOWN in i for i in infos) >= 2  # the link map and the misplaced-jobs tab say it too
     assert any("could not be judged: topology unknown" in c.value for c in at.caption)
     summary = table(at, "pool")  # free GPUs are known without topology; NVLink figures are not
-    assert summary["largest NVLink block free"].isna().all()
+    assert (summary["largest NVLink block free"] == "—").all()  # unknown: a dash, never "None" or 0
     assert summary["8+ free: no NVLink block"].isna().all()
 
 

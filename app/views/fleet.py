@@ -65,7 +65,7 @@ if previous is None:
 with st.expander("Idle GPUs: from the idle cost above to what giving GPUs back saves a month", expanded=True):
     ui.bridge(ctx)
 
-left, right = st.columns(2)
+left, right = st.container(), st.container()  # one above the other: the actions are sentences
 with left:
     st.subheader("Top wasting teams")
     waste = (picked.assign(waste_usd=picked["idle_usd"] + picked["false_util_usd"])
@@ -124,7 +124,7 @@ cost = (
     .transform_calculate(part="{" + ", ".join(f"'{k}': '{v}'" for k, v in COST.items()) + "}[datum.column]")
     .mark_bar()
     .encode(x=alt.X("yearmonthdate(bucket_start):O", title="day (UTC)", axis=alt.Axis(labelAngle=0, format="%b %d")),
-            y=alt.Y("sum(usd):Q", title="USD", stack=True, axis=alt.Axis(format="$,.0f")),
+            y=alt.Y("sum(usd):Q", title="USD", stack=True, axis=ui.usd_axis()),
             color=alt.Color("part:N", sort=list(COST.values()), title=None,
                             scale=alt.Scale(domain=list(COST.values()), range=COLORS), legend=alt.Legend(orient="top")),
             tooltip=["yearmonthdate(bucket_start):O", "part:N", alt.Tooltip("sum(usd):Q", format="$,.2f")])

@@ -41,7 +41,7 @@ if not shown.empty:
     top = shown.nlargest(20, "idle_cost_usd")
     chart = alt.Chart(top.assign(who=top["namespace"].astype(str) + "/" + top["pod"].astype(str))).mark_bar(
         color="#f9a825").encode(
-        x=alt.X("idle_cost_usd:Q", title="idle cost (USD)", axis=alt.Axis(format="$,.0f")),
+        x=alt.X("idle_cost_usd:Q", title="idle cost (USD)", axis=ui.usd_axis()),
         y=alt.Y("who:N", sort="-x", title=None, axis=alt.Axis(labelLimit=320)),
         tooltip=["namespace:N", "pod:N", "team:N", alt.Tooltip("idle_gpu_hours:Q", format=".1f"),
                  alt.Tooltip("idle_share:Q", format=".0%"), alt.Tooltip("idle_cost_usd:Q", format="$,.2f")],

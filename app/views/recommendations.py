@@ -30,14 +30,14 @@ total = ui.recommendation_totals(shown)
 cols = st.columns(3)
 cols[0].metric("Recommendations", f"{len(shown):,}")
 cols[1].metric("Monthly savings", ui.money(total["savings"]), help="Counted actions only (reclaim, right-size, repack).")
-cols[2].metric("Investigate: waste at stake", ui.money(total["at_stake"]) + "/month",
+cols[2].metric("Investigate: at stake / month", ui.money(total["at_stake"]),
                help="False-utilization cost at its observed run-rate: not counted as savings.")
 if not shown.empty:
     by_kind = shown.groupby("what", as_index=False).agg(savings=("monthly_savings_usd", "sum"),
                                                         waste=("monthly_waste_usd", "sum"), n=("id", "count"))
     long = by_kind.melt(id_vars=["what", "n"], value_vars=["savings", "waste"], var_name="figure", value_name="usd")
     chart = alt.Chart(long).mark_bar().encode(
-        x=alt.X("usd:Q", title="USD per month", axis=alt.Axis(format="$,.0f", tickMinStep=1)),
+        x=alt.X("usd:Q", title="USD per month", axis=ui.usd_axis()),
         y=alt.Y("what:N", sort="-x", title=None, axis=alt.Axis(labelLimit=320)),
         yOffset=alt.YOffset("figure:N", sort=["waste", "savings"]),
         color=alt.Color("figure:N", sort=["waste", "savings"], title=None,
