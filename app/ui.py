@@ -306,25 +306,28 @@ def header(column: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _missing_as_dash(frame: pd.DataFrame, config: dict):
-    """Missing cells as "—": text columns directly; numbers and times through a Styler's display values
-    (the cells keep their numbers, so sorting still works), formatted as ``config`` formats them."""
+def _missing_as_dash(frame: pd.DataFrame, config: dict) -> pd.DataFrame:
+    """Missing cells as "—" (the grid draws a null as "None"): text columns directly; a number or time
+    column with a gap becomes its display text, formatted as ``config`` would draw it and right-aligned
+    (the CSV download keeps the numbers)."""
     out = frame.copy()
     numbers = [c for c in out.columns if (pd.api.types.is_numeric_dtype(out[c]) and not pd.api.types.is_bool_dtype(out[c]))
                or pd.api.types.is_datetime64_any_dtype(out[c])]
     for col in out.columns:
-        if col not in numbers and out[col].isna().any():  # text, flags, categories
+        if not out[col].isna().any():
+            continue
+        if col in numbers:
+            shown = _formatter(config.get(col), out[col])
+            out[col] = [shown(v) if pd.notna(v) else "—" for v in out[col]]
+            config[col] = st.column_config.TextColumn(alignment="right")
+        else:  # text, flags, categories
             out[col] = out[col].astype(object).where(out[col].notna(), "—")
-    gaps = [c for c in numbers if out[c].isna().any()]
-    if not gaps:
-        return out
-    formats = {c: _formatter(config.get(c), out[c]) for c in gaps}
-    return out.style.format(formats, na_rep="—", subset=gaps)
+    return out
 
 
 def _formatter(column_config, values: pd.Series):
     """The display text of one column's values, as its column config would draw them."""
-    kind = (column_config or {}).get("type_config", {}).get("format") if isinstance(column_config, dict) else None
+    kind = (column_config or {}).get("type_config", {}).get("format")
     if pd.api.types.is_datetime64_any_dtype(values):
         return lambda v: f"{v:%Y-%m-%d %H:%M:%S}"
     if kind == "dollar":

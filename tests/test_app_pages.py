@@ -57,15 +57,15 @@ def test_tables_have_readable_headers_and_no_none_and_tiles_fit(sample_db, page,
     assert not long, f"{page}: tiles cut short: {long}"
 
 
-def test_a_missing_number_or_time_reads_a_dash_and_keeps_its_number():
-    frame = pd.DataFrame({"XID": [48.0, None], "Cost": [1234.5, None], "Pods": ["a/b", None],
+def test_a_missing_number_or_time_reads_a_dash_in_its_column_format():
+    frame = pd.DataFrame({"XID": [48.0, None], "Cost": [1234.5, None], "Pods": ["a/b", None], "Share": [0.25, 1.0],
                           "First": pd.to_datetime(["2026-11-09 10:00", None])})
-    config = {"Cost": {"type_config": {"format": "dollar"}}}
-    styled = ui._missing_as_dash(frame, config)
-    text = styled.to_string()
-    assert "None" not in text and "nan" not in text.lower() and "NaT" not in text
-    assert "$1,234.50" in text and re.search(r"\b48\b", text) and text.count("—") == 4
-    assert styled.data["Cost"].dtype == float  # sorting still sees numbers
+    config = {"Cost": {"type_config": {"format": "dollar"}}, "Share": {"type_config": {"format": "percent"}}}
+    shown = ui._missing_as_dash(frame, config)
+    assert shown.to_dict("list") == {"XID": ["48", "—"], "Cost": ["$1,234.50", "—"], "Pods": ["a/b", "—"],
+                                     "Share": [0.25, 1.0], "First": ["2026-11-09 10:00:00", "—"]}
+    assert config["Cost"]["type_config"]["type"] == "text" and config["Cost"]["alignment"] == "right"
+    assert config["Share"]["type_config"]["format"] == "percent"  # a column without gaps keeps its numbers
 
 
 @pytest.mark.parametrize("values", [[0.4, 1.2, 2.3], [0.02, 0.07, 0.11], [3.0, 17.5, 37.0], [1234.5, 8000.0],
