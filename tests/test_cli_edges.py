@@ -24,6 +24,7 @@ from gpuwatch import app_command, store
 from gpuwatch.cli import main
 from tests.conftest import ROOT
 from tests.support.bundles import SAMPLE_DATA
+from tests.support.prometheus import free_port
 
 
 def _fails(capsys, argv: list[str], *, code: int, says: str) -> str:
@@ -124,8 +125,6 @@ def test_a_reader_that_goes_away_is_not_a_failure(tmp_path):
 def test_ctrl_c_on_the_demo_is_one_line_and_stops_everything(tmp_path):
     """The real demo, interrupted as a terminal does (SIGINT to its whole process group) while Prometheus
     scrapes the live exporter: no traceback from it or its children, exit 130, no process left behind."""
-    from tests.test_app_browser import free_port
-
     proc = subprocess.Popen([sys.executable, "-m", "gpuwatch", "demo", "--no-app", "--workdir", str(tmp_path / "demo"),
                              "--exporter-listen", f"127.0.0.1:{free_port()}", "--live-seconds", "60s"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True)
@@ -160,8 +159,6 @@ def _get(url: str) -> tuple[int, str]:
 
 def test_export_source_auto_without_a_gpu_serves_healthz_503_with_the_reason(tmp_path):
     """No DCGM bindings and no NVML library here (the exact boundary of a node without a driver)."""
-    from tests.test_app_browser import free_port
-
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "gpuwatch", "export", "--source", "auto", "--listen",
                              f"127.0.0.1:{port}", "--interval", "0.2", "--dcgm-bindings", str(tmp_path)],
