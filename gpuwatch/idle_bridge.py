@@ -82,7 +82,7 @@ def bridge(idle, *, chargeback=None, hours_per_month: float = units.HOURS_PER_MO
     so it equals the Fleet and Chargeback pages' idle to the cent (they round each team row)."""
     if idle is None or not len(idle):
         return Bridge(0, 0.0, 0, 0.0, 0, 0.0, 0, 0.0, 0.0, 0.0, hours_per_month)
-    idle_usd = idle["idle_cost_usd"].fillna(0.0).astype(float)
+    idle_usd = _numbers(idle, "idle_cost_usd")
     total = idle_usd.sum() if chargeback is None else chargeback.loc[chargeback["kind"] == "team", "idle_usd"].sum()
     hoarder = _flag(idle, "hoarder")
     reclaimable = _flag(idle, "reclaimable_now")
@@ -92,8 +92,8 @@ def bridge(idle, *, chargeback=None, hours_per_month: float = units.HOURS_PER_MO
         idle_pods=int((idle_usd > 0).sum()), idle_usd=_cents(total),
         hoarder_pods=int(hoarder.sum()), hoarder_usd=_cents(idle_usd[hoarder].sum()),
         holding_pods=int(holding.sum()), holding_usd=_cents(idle_usd[holding].sum()),
-        reclaimable_pods=int(reclaimable.sum()), reclaimable_gpus=float(now["gpu_count"].fillna(0).sum()),
-        reclaimable_usd_per_hour=_cents(now["usd_per_hour"].fillna(0.0).sum()),
+        reclaimable_pods=int(reclaimable.sum()), reclaimable_gpus=float(_numbers(now, "gpu_count").sum()),
+        reclaimable_usd_per_hour=_cents(_numbers(now, "usd_per_hour").sum()),
         run_rate_usd_per_month=_cents(sum(pod_run_rate(r, hours_per_month) for r in now.to_dict("records"))),
         hours_per_month=hours_per_month)
 
@@ -126,6 +126,15 @@ def money(value: float) -> str:
 def _row(step: str, label: str, pods: int, amount: str, meaning: str) -> dict:
     return {"step": step, "number": STEPS.index(step) + 1, "label": label, "pods": pods, "amount": amount, "meaning": meaning,
             "window": WINDOW_EFFECT[step]}
+
+
+def _numbers(frame, column: str):
+    """A numeric column, unknown as 0 for a sum (a findings CSV may lack it: then every row 0)."""
+    import pandas as pd
+
+    if column not in frame:
+        return pd.Series(0.0, index=frame.index)
+    return pd.to_numeric(frame[column], errors="coerce").fillna(0.0).astype(float)
 
 
 def _flag(frame, column: str):

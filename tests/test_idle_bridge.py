@@ -154,3 +154,21 @@ def test_each_step_keeps_its_rule():
     assert recs.set_index("pod").loc["idle-now", "monthly_savings_usd"] == pytest.approx(5256.0)
     assert recs.set_index("pod").loc["busy-now", "monthly_savings_usd"] == 0.0
     assert idle_bridge.bridge(None).rows()[-1]["amount"] == "$0.00/month"
+
+
+def test_the_reclaim_pass_says_where_it_sits_on_the_bridge(sample_db, week, tmp_path, capsys):
+    """`gpuwatch reclaim`'s "frees N GPUs = $X/h" is the part of step 4 its policy acts on, said next to step 4."""
+    import shutil
+
+    db = tmp_path / "reclaim.duckdb"
+    shutil.copy(sample_db, db)  # the pass writes its audit rows
+    assert main(["reclaim", "--once", "--db", str(db), "--assume-opted-in", "--no-cluster"]) == 0
+    text = capsys.readouterr().out
+    steps = idle_bridge.bridge(week["idle_hoarding"])
+    frees = re.search(r"Acting now frees ([\d.]+) GPUs = \$([\d,.]+)/h", text)
+    line = re.search(r"Idle bridge step 4: (\d+) pods reclaimable now \(([\d.]+) GPUs = \$([\d,.]+)/h\); "
+                     r"this pass acts on (\d+) of them", text)
+    assert frees and line, text
+    assert (int(line[1]), float(line[2]), line[3]) == (steps.reclaimable_pods, steps.reclaimable_gpus,
+                                                       f"{steps.reclaimable_usd_per_hour:,.2f}")
+    assert float(frees[1]) <= steps.reclaimable_gpus and float(frees[2].replace(",", "")) <= steps.reclaimable_usd_per_hour
