@@ -11,7 +11,8 @@ st.title("Recommendations")
 ui.window_caption(ctx)
 frame = ui.for_teams(ctx, ui.recommendation_frame(ctx))
 st.caption(f"Monthly savings = the run-rate of the waste each action removes, as observed in this window "
-           f"({ui.observed_hours_text(ctx)}), × 730 h; never more than that waste. *Investigate* items carry "
+           f"({ui.observed_hours_text(ctx)}), × 730 h; never more than that waste; giving back idle GPUs: each "
+           "pod's own idle rate over the hours it was observed (the idle bridge, Idle hoarding page). *Investigate* items carry "
            "the waste at stake and are not counted as savings: a person must look first.")
 KINDS = {"reclaim_idle": "Give back idle GPUs", "rightsize_mig": "Right-size to a MIG instance",
          "repack_mig": "Repack MIG instances", "investigate_false_util": "Investigate false utilization",
