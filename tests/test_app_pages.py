@@ -21,6 +21,7 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
 sys.path.insert(0, str(ROOT / "app"))
+import cells
 import ui
 
 SCRIPT = str(ROOT / "app" / "streamlit_app.py")
@@ -61,7 +62,7 @@ def test_a_missing_number_or_time_reads_a_dash_in_its_column_format():
     frame = pd.DataFrame({"XID": [48.0, None], "Cost": [1234.5, None], "Pods": ["a/b", None], "Share": [0.25, 1.0],
                           "First": pd.to_datetime(["2026-11-09 10:00", None])})
     config = {"Cost": {"type_config": {"format": "dollar"}}, "Share": {"type_config": {"format": "percent"}}}
-    shown = ui._missing_as_dash(frame, config)
+    shown = cells.missing_as_dash(frame, config)
     assert shown.to_dict("list") == {"XID": ["48", "—"], "Cost": ["$1,234.50", "—"], "Pods": ["a/b", "—"],
                                      "Share": [0.25, 1.0], "First": ["2026-11-09 10:00:00", "—"]}
     assert config["Cost"]["type_config"]["type"] == "text" and config["Cost"]["alignment"] == "right"
