@@ -292,6 +292,13 @@ def readable(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def legend_names(columns: list[str]) -> tuple[str, list[str]]:
+    """A Vega expression naming a folded ``datum.column`` by its header (no snake_case in a legend), and
+    the names in ``columns``' order (for the legend's sort)."""
+    names = [header(c) for c in columns]
+    return "{" + ", ".join(f"'{c}': '{n}'" for c, n in zip(columns, names, strict=True)) + "}[datum.column]", names
+
+
 def usd_axis(**kwargs):
     """A dollar axis whose tick labels never repeat ($0 $0.5 $1 on a small range, $1,000 on a large one)."""
     import altair as alt

@@ -117,3 +117,18 @@ def test_the_gpu_page_lists_the_health_events_the_health_page_lists(sample_db, m
     assert not [c.value for c in at.caption if "XID" in c.value and "not in gpuwatch's data" in c.value]
     shown = at.dataframe[0].value
     assert int(event["code"]) in set(shown["XID"].dropna().astype(int)) and "xid" in set(shown["Event"])
+
+
+def test_chart_legends_name_signals_by_their_headers(sample_db, monkeypatch):
+    """Legends of folded series read "Reported utilization", not reported_util (Fleet, False utilization)."""
+    import json
+
+    expression, names = ui.legend_names(["reported_util", "effective_util", "tensor_active"])
+    assert names == ["Reported utilization", "Effective utilization", "Tensor active"]
+    assert "'reported_util': 'Reported utilization'" in expression
+    for page in ("fleet", "false_utilization"):
+        at = open_page(sample_db, page, monkeypatch)
+        specs = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
+        sorts = [json.dumps(s) for s in specs if "Reported utilization" in json.dumps(s)]
+        assert sorts, page
+        assert not [s for s in sorts if '"sort": ["reported_util"' in s], page

@@ -108,8 +108,10 @@ st.caption("Reported = GPU_UTIL (GR_ENGINE_ACTIVE on MIG): *a kernel was running
 base = alt.Chart(series).encode(x=alt.X("bucket_start:T", title="time (UTC)"))
 gap = base.mark_area(opacity=0.35, color="#e53935").encode(
     y=alt.Y("effective_util:Q", title="utilization", axis=alt.Axis(format="%")), y2="reported_util:Q")
-lines = base.transform_fold(["reported_util", "effective_util"], as_=["signal", "value"]).mark_line().encode(
-    y="value:Q", color=alt.Color("signal:N", sort=["reported_util", "effective_util"], title=None,
+signal, names = ui.legend_names(["reported_util", "effective_util"])
+lines = base.transform_fold(["reported_util", "effective_util"], as_=["column", "value"]).transform_calculate(
+    signal=signal).mark_line().encode(
+    y="value:Q", color=alt.Color("signal:N", sort=names, title=None,
                                  scale=alt.Scale(range=["#1565c0", "#6a1b9a"]), legend=alt.Legend(orient="top")),
     tooltip=["bucket_start:T", "signal:N", alt.Tooltip("value:Q", format=".1%")])
 st.altair_chart(gap + lines, width="stretch", height=280)
