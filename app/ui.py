@@ -17,11 +17,13 @@ from dataclasses import dataclass
 
 import pandas as pd
 import streamlit as st
+from cells import LONG_TEXT, header, missing_as_dash
 
 import gpuwatch.analyses as analyses
 import gpuwatch.analyses.chargeback as chargeback_analysis
 import gpuwatch.analyses.params as analysis_params
 import gpuwatch.analyses.schedulable_capacity as schedulable_capacity
+import gpuwatch.idle_bridge as idle_bridge
 import gpuwatch.recommendations as recommendations
 import gpuwatch.store as store
 import gpuwatch.units as units
@@ -290,6 +292,20 @@ def readable(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def legend_names(columns: list[str]) -> tuple[str, list[str]]:
+    """A Vega expression naming a folded ``datum.column`` by its header (no snake_case in a legend), and
+    the names in ``columns``' order (for the legend's sort)."""
+    names = [header(c) for c in columns]
+    return "{" + ", ".join(f"'{c}': '{n}'" for c, n in zip(columns, names, strict=True)) + "}[datum.column]", names
+
+
+def usd_axis(**kwargs):
+    """A dollar axis whose tick labels never repeat ($0 $0.5 $1 on a small range, $1,000 on a large one)."""
+    import altair as alt
+
+    return alt.Axis(format="$,.2~f", **kwargs)
+
+
 def _column_config(frame: pd.DataFrame, labels: dict[str, str] | None = None) -> dict:
     """Display formats by column-name convention (dollars with thousands separators, ratios as
     percentages, GiB, hours), keyed by the shown header (``labels[col]`` where given)."""
@@ -297,6 +313,8 @@ def _column_config(frame: pd.DataFrame, labels: dict[str, str] | None = None) ->
     config = {}
     for col in frame.columns:
         label = labels.get(col, col)
+        if col in LONG_TEXT and not pd.api.types.is_numeric_dtype(frame[col]):
+            config[label] = st.column_config.TextColumn(width="large")  # long text: room to read it
         if not pd.api.types.is_numeric_dtype(frame[col]) or pd.api.types.is_bool_dtype(frame[col]):
             continue
         if any(k in col for k in MONEY):
@@ -315,16 +333,18 @@ def _column_config(frame: pd.DataFrame, labels: dict[str, str] | None = None) ->
 def table(frame: pd.DataFrame, name: str, *, empty: str, columns: dict[str, str] | None = None) -> None:
     """A sortable table with a CSV download (base units), or the ``empty`` explanation when there are no rows.
 
-    ``columns``: the key columns, first and in this order, with their friendly headers (the rest follow
-    under their own names)."""
+    ``columns``: the key columns, first and in this order, with their friendly headers (the rest follow,
+    each under a header made from its name: ``header``). A missing value reads "—", never "None"."""
     if frame.empty:
         st.info(empty)
         return
     shown = readable(frame)
     labels = {readable(frame[[c]]).columns[0]: label for c, label in (columns or {}).items() if c in frame.columns}
     shown = shown[[*labels, *(c for c in shown.columns if c not in labels)]]
+    labels |= {c: header(c) for c in shown.columns if c not in labels}
     config = _column_config(shown, labels)
-    st.dataframe(shown.rename(columns=labels), hide_index=True, width="stretch", column_config=config)
+    display = shown.rename(columns=labels)
+    st.dataframe(missing_as_dash(display, config), hide_index=True, width="stretch", column_config=config)
     st.download_button(f"Download {name}.csv", csvfile.to_csv(frame).encode(), file_name=f"{name}.csv",
                        mime="text/csv", key=f"csv_{name}")
 
@@ -363,6 +383,22 @@ def slice_spans(slices: pd.DataFrame) -> dict[tuple[str, str, str], str]:
 
 
 _UNPRICED = "gpuwatch_no_gpu_priced"  # session key: this run's store has GPUs and no price applies to any
+
+
+def bridge(ctx: Context, idle: pd.DataFrame | None = None) -> None:
+    """The idle bridge (gpuwatch/idle_bridge.py: the steps the CLI, report and metrics print) over the
+    idle_hoarding frame of the selected teams, as a table, and what changing the window does."""
+    idle = for_teams(ctx, analysis(ctx, "idle_hoarding")) if idle is None else idle
+    steps = idle_bridge.bridge(idle, chargeback=for_teams(ctx, chargeback(ctx)),
+                               hours_per_month=float(analysis_params.DEFAULTS["hours_per_month"]))
+    rows = pd.DataFrame(steps.rows())
+    shown = pd.DataFrame({"Step": rows["label"], "Pods": rows["pods"].map("{:,}".format), "Amount": rows["amount"],
+                          "What it counts": rows["meaning"], "When the window changes": rows["window"]})
+    st.table(shown.set_index(rows["number"].astype(str).rename("#")))
+    st.caption("Steps 1–3 add up idle time inside the window, so a longer window shows more dollars; steps 3–4 "
+               "are judged at the window's end; step 5 is each pod's own idle rate, so it does not shrink when the "
+               "window is longer than the pod's life. The reclaim controller acts on step 4's pods its policy "
+               "allows (Reclaim audit).")
 
 
 def money(value: float) -> str:

@@ -7,8 +7,10 @@ Modules are imported only when their command runs, so ``gpuwatch --help`` needs 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
+import os
 import sys
 
 from gpuwatch import __version__, units
@@ -43,20 +45,87 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = next((a for a in argv if not a.startswith("-")), None)
-    parser = build_parser(command if command in COMMANDS else None)
-    args = parser.parse_args(argv)
+    command = _command(argv)
+    parser = build_parser(command)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the (sub)command that was given them, with its own usage, not the top level's
+        _innermost(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     if not args.command:
         parser.print_help()
         return 2
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     module = importlib.import_module(COMMANDS[args.command][0])
+    db = getattr(args, "db", None)
+    existed = not isinstance(db, str) or os.path.exists(db)
+    code = 1
+    _tolerate_closed_stdout()
     try:
-        return int(module.run(args) or 0)
+        code = int(module.run(args) or 0)
     except units.UsageError as exc:  # a flag or key the user gave: usage error, one line
-        return _fail(args.command, exc, code=2)
+        code = _fail(args.command, exc, code=2)
     except (units.DataError, OSError) as exc:  # bad data, a missing file, an unreachable server: one line
-        return _fail(args.command, exc, code=1)
+        code = _fail(args.command, exc, code=1)
+    except KeyboardInterrupt:  # Ctrl-C: what was committed stays; no traceback
+        print(f"gpuwatch {args.command}: interrupted", file=sys.stderr)
+        code = 130
+    finally:
+        if code != 0 and not existed:  # a failed command leaves no empty store it created
+            importlib.import_module("gpuwatch.store.files").discard_if_empty(db, existed=False)
+    return code
+
+
+def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The deepest parser the arguments chose (``gpuwatch report weekly`` -> weekly's)."""
+    while True:
+        chosen = [a.choices.get(getattr(args, a.dest, None) or "") for a in parser._actions
+                  if isinstance(a, argparse._SubParsersAction)]
+        if not chosen or chosen[0] is None:
+            return parser
+        parser = chosen[0]
+
+
+def _command(argv: list[str]) -> str | None:
+    """The subcommand named in ``argv``: the first known command word (a top-level flag's value, as in
+    ``--log-level DEBUG ingest``, is not one), so its own flags are known and its own usage is printed."""
+    return next((a for a in argv if a in COMMANDS), None)
+
+
+class _ClosedStdout:
+    """stdout that swallows a reader going away (``gpuwatch ingest ... | head -1``): the command finishes
+    its work and exits with its own status instead of failing on a broken pipe after committing."""
+
+    def __init__(self, stream):
+        self._stream, self.closed_by_reader = stream, False
+
+    def write(self, text: str) -> int:
+        if not self.closed_by_reader:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._close()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.closed_by_reader:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._close()
+
+    def _close(self) -> None:
+        self.closed_by_reader = True
+        with contextlib.suppress(OSError, ValueError):  # no flush at exit can fail again
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _tolerate_closed_stdout() -> None:
+    if not isinstance(sys.stdout, _ClosedStdout) and sys.stdout is sys.__stdout__ and sys.stdout is not None:
+        sys.stdout = _ClosedStdout(sys.stdout)
 
 
 def _fail(command: str, exc: BaseException, *, code: int) -> int:

@@ -1,6 +1,7 @@
 """Recommendations (pure): analysis frames in, one frame of actions with evidence and savings out.
 
-Kinds: ``reclaim_idle`` (hoarders), ``rightsize_mig`` (a smaller MIG profile fits), ``repack_mig``
+Kinds: ``reclaim_idle`` (hoarders reclaimable now; ``investigate_hoarder``: still holding, busy at the
+window's end), ``rightsize_mig`` (a smaller MIG profile fits), ``repack_mig``
 (mig_fragmentation found a layout that strands less) and ``investigate_false_util`` (busy-looking,
 SM-idle pods). Each has a stable ``id`` (hash of kind, namespace, pod or GPU), so the reclaim
 controller and the app can follow one recommendation across runs. No I/O, no clock.
@@ -9,7 +10,9 @@ Savings are the observed run-rate of the waste an action removes, never a projec
 (docs/architecture.md#savings): ``monthly_waste_usd`` = the waste measured in the window's observed
 hours / those hours x ``hours_per_month``; ``monthly_savings_usd`` <= it (equal where the action
 removes all of it, a share for a partial repack, 0 for ``investigate_*``, whose waste is at stake
-but not counted). The same data gives the same figures whatever window holds it.
+but not counted). The same data gives the same figures whatever window holds it. A pod still holding
+its GPUs is credited its own rate (its idle cost per hour it was observed: gpuwatch/idle_bridge.py),
+so a window longer than the pod's life does not dilute what giving its GPUs back saves.
 """
 
 from __future__ import annotations
@@ -17,13 +20,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
+from gpuwatch import idle_bridge, units
 from gpuwatch import mig as mig_geometry
-from gpuwatch import units
 
 COLUMNS = ("id", "kind", "namespace", "pod", "team", "node", "evidence", "monthly_savings_usd",
            "action", "monthly_waste_usd", "counted", "basis", "gpu_uuid", "target", "usd_per_hour", "idle_since")
 # Kinds whose waste is at stake but whose saving is not claimed (a person must look first).
-NOT_COUNTED = ("investigate_false_util",)
+NOT_COUNTED = ("investigate_false_util", "investigate_hoarder")
 
 
 def recommend(*, idle=None, false_util=None, rightsizing=None, mig=None, prices=None, stranded_usd: float | None = None,
@@ -83,10 +86,14 @@ def stable_id(kind: str, namespace: str | None, subject: str | None) -> str:
 
 
 def reclaim_idle(idle, *, rate: RunRate) -> list[dict]:
-    """Hoarders still holding their GPUs: give them back. Saving = the run-rate of the pod's idle cost."""
+    """Hoarders still holding their GPUs (idle_bridge steps 3-5). Reclaimable now: give them back,
+    saving the pod's own idle run-rate (idle_bridge.pod_run_rate; the bridge's step 5 sums these).
+    Busy at the window's end: ask the owner, at stake and not counted (nothing can be given back now)."""
     out = []
-    for r in records(idle, "hoarder"):
-        if present(r.get("end_ts")) and not r.get("reclaimable_now"):
+    frame = None if idle is None or not len(idle) else idle
+    holding = set() if frame is None else set(frame.index[idle_bridge.held_at_end(frame)])
+    for index, r in ([] if frame is None else list(zip(frame.index, frame.to_dict("records"), strict=True))):
+        if not (flag(r.get("hoarder")) and (flag(r.get("reclaimable_now")) or index in holding)):
             continue  # the pod already ended: nothing left to reclaim (chargeback still shows the waste)
         hourly = number(r.get("usd_per_hour"))
         rate_text = f"${hourly:.2f}/hour" if present(r.get("usd_per_hour")) else "unpriced"  # unknown, not $0.00
@@ -95,13 +102,18 @@ def reclaim_idle(idle, *, rate: RunRate) -> list[dict]:
         evidence = (f"idle {r['idle_share']:.0%} of {number(r.get('observed_gpu_hours')):.1f} observed GPU-hours"
                     + (f"; idle since {_iso(since)}" if present(since) else "")
                     + f"; holds {held:.1f} GiB while idle; {rate_text}")
-        waste = number(r.get("idle_cost_usd"))
         gpus = number(r.get("gpu_count"))
         what = f"{gpus:g} GPU(s)" if gpus > 0 else "the GPU(s)"
-        out.append(row("reclaim_idle", r, evidence=evidence, waste=rate.monthly(waste), share=1.0,
-                        basis=rate.basis("idle cost", waste),
-                        action=f"Give back {what} held idle by {who(r)}",
-                        usd_per_hour=hourly, idle_since=since if present(since) else None))
+        waste, basis = idle_bridge.pod_run_rate(r, rate.hours_per_month), idle_bridge.pod_basis(r, rate.hours_per_month)
+        if flag(r.get("reclaimable_now")):
+            out.append(row("reclaim_idle", r, evidence=evidence, waste=waste, share=1.0, basis=basis,
+                            action=f"Give back {what} held idle by {who(r)}",
+                            usd_per_hour=hourly, idle_since=since if present(since) else None))
+        else:
+            out.append(row("investigate_hoarder", r, evidence=evidence + "; busy at the window's end",
+                            waste=waste, share=0.0, basis=basis + "; at stake, not counted as savings",
+                            action=f"Ask the owner of {who(r)} to give back {what} it keeps idle most of the time",
+                            usd_per_hour=hourly))
     return out
 
 
@@ -202,6 +214,13 @@ def who(r: dict) -> str:
 
 def _hoarders(idle) -> set:
     return {(r["namespace"], r["pod"]) for r in records(idle, "hoarder")}
+
+
+def flag(value) -> bool:
+    try:
+        return present(value) and bool(value)
+    except TypeError:  # pandas' NA: unknown is not true
+        return False
 
 
 def number(value) -> float:

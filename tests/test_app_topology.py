@@ -129,7 +129,8 @@ def test_tables_are_the_findings_rows(topo_db, monkeypatch):
     summary = table(at, "pool")
     h100 = summary[summary["pool"] == support.H100].iloc[0]
     # 8 GPUs free all day, none on one node: every bucket had 8 free and no 8-GPU block
-    assert h100["8+ free: split"] == 1.0 and h100["8+ free: no NVLink block"] == 1.0
+    # a share column with unknown rows (blank: no NVLink pair free) is drawn as text: "—" where unknown
+    assert h100["8+ free: split"] == "100.00%" and h100["8+ free: no NVLink block"] == "100.00%"
     assert h100["largest NVLink block free"] == 4 and h100["mean free"] == 8.0
 
 
@@ -172,8 +173,8 @@ def test_without_topology_the_page_says_unknown_not_zero(unknown_db, monkeypatch
     assert sum(UNKNOWN in i for i in infos) >= 2  # the link map and the misplaced-jobs tab say it too
     assert any("could not be judged: topology unknown" in c.value for c in at.caption)
     summary = table(at, "pool")  # free GPUs are known without topology; NVLink figures are not
-    assert summary["largest NVLink block free"].isna().all()
-    assert summary["8+ free: no NVLink block"].isna().all()
+    assert (summary["largest NVLink block free"] == "—").all()  # unknown: a dash, never "None" or 0
+    assert (summary["8+ free: no NVLink block"] == "—").all()
 
 
 def test_a_team_view_sees_its_rows_and_no_fleet_map(topo_db, monkeypatch):

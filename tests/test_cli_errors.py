@@ -50,7 +50,7 @@ def test_missing_input_dir(tmp_path, capsys):
 def test_unreachable_prometheus(tmp_path, capsys):
     _fails(capsys, ["ingest", "--db", str(tmp_path / "s.db"), "--from", "prometheus://127.0.0.1:1",
                     "--start", "2026-11-09T00:00:00Z", "--end", "2026-11-09T00:05:00Z"], code=1,
-           says="http://127.0.0.1:1/api/v1/")
+           says="cannot reach Prometheus at http://127.0.0.1:1: Connection refused")
 
 
 @pytest.mark.parametrize(("flags", "says"), [
@@ -112,5 +112,8 @@ def test_report_bad_week_is_one_line_before_opening_the_store(tmp_path, capsys):
 
 
 def test_analyze_an_empty_store_is_one_line_exit_1(tmp_path, capsys):
+    from gpuwatch import store
+
+    store.connect(str(tmp_path / "empty.db")).close()  # a store, with nothing loaded (a missing one: --db)
     _fails(capsys, ["analyze", "--db", str(tmp_path / "empty.db"), "--format", "table"], code=1,
            says="gpuwatch analyze: the store holds no samples or pods: nothing to analyse")

@@ -22,7 +22,8 @@ from tests.conftest import ROOT
 HEAVY = ("duckdb", "grpc", "pynvml", "prometheus_client", "streamlit", "kubernetes", "pandas")
 # the app reads the store and findings, and presents: facts (model, units, topology's link classes) and the
 # report's topology summary (the same tables the weekly report shows), nothing that acts
-APP_ALLOWED = ("gpuwatch.store", "gpuwatch.analyses", "gpuwatch.findings", "gpuwatch.recommendations", "gpuwatch.model",
+APP_ALLOWED = ("gpuwatch.store", "gpuwatch.analyses", "gpuwatch.findings", "gpuwatch.recommendations", "gpuwatch.idle_bridge",
+               "gpuwatch.model",
                "gpuwatch.units", "gpuwatch.topology", "gpuwatch.report.topology")
 
 

@@ -15,7 +15,7 @@ GIB = 1 << 30
 
 def _idle(**overrides):
     row = {"namespace": "ns", "pod": "nb-0", "team": "t", "node": "n1", "hoarder": True, "idle_share": 0.95,
-           "observed_gpu_hours": 10.0, "idle_since": pd.Timestamp("2026-11-15T12:00:00"), "reclaimable_now": True,
+           "observed_gpu_hours": 10.0, "observed_seconds": 36000.0, "idle_since": pd.Timestamp("2026-11-15T12:00:00"), "reclaimable_now": True,
            "max_fb_used_bytes_idle": 20 * GIB, "usd_per_hour": 4.0, "end_ts": pd.NaT, "idle_cost_usd": 38.0,
            "gpu_count": 1}
     return pd.DataFrame([{**row, **overrides}])
@@ -26,9 +26,11 @@ def test_reclaim_idle_carries_evidence_and_savings():
     assert list(recs.columns) == list(COLUMNS)
     row = recs.iloc[0]
     assert row["kind"] == "reclaim_idle" and row["counted"]
-    # $38 idle over 40 observed hours, at that rate for a month: not $4/h x 95% x 730 h
-    assert row["monthly_savings_usd"] == row["monthly_waste_usd"] == pytest.approx(38.0 / 40 * 730, abs=0.01)
-    assert row["basis"] == "idle cost $38.00 over 40.0 observed hours, at that rate for 730 h/month"
+    # $38 idle over the 10 h the pod was observed, at that rate for a month (idle_bridge.pod_run_rate): the
+    # pod's own rate, not diluted by the 40 observed hours of a window longer than the pod's life
+    assert row["monthly_savings_usd"] == row["monthly_waste_usd"] == pytest.approx(38.0 / 10 * 730, abs=0.01)
+    assert row["basis"] == ("idle cost $38.00 over the 10.0 h the pod was observed, at that rate for 730 h/month "
+                            "while it keeps its GPUs")
     assert row["action"] == "Give back 1 GPU(s) held idle by ns/nb-0 (t)"
     assert "idle since 2026-11-15T12:00:00Z" in row["evidence"] and "20.0 GiB" in row["evidence"]
     assert "$4.00/hour" in row["evidence"]
@@ -38,6 +40,8 @@ def test_reclaim_idle_carries_evidence_and_savings():
     ({"hoarder": False}, 0),
     ({"end_ts": pd.Timestamp("2026-11-12"), "reclaimable_now": False}, 0),  # already gone
     ({"end_ts": pd.Timestamp("2026-11-12"), "reclaimable_now": True}, 1),
+    ({"held_at_end": False, "reclaimable_now": False}, 0),  # its GPUs were no longer sampled at the end
+    ({"held_at_end": True, "reclaimable_now": False}, 1),  # still holding, busy at the end: investigate_hoarder
 ])
 def test_reclaim_idle_filters(overrides, expected):
     assert len(recommend(idle=_idle(**overrides))) == expected

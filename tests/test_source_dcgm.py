@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -101,16 +102,34 @@ def test_profiling_off_does_not_watch_prof_fields(bindings):
     assert all(1001 not in r.values for r in source.read(0).readings)
 
 
-def test_auto_error_names_both_sources(tmp_path):
+def test_auto_without_a_source_serves_healthz_naming_both(tmp_path):
+    """No usable source: the exporter serves /healthz 503 naming both (as --source nvml does without a
+    driver) instead of exiting 2, which a DaemonSet turns into a crash loop (tests/test_cli_edges.py too)."""
     from gpuwatch.sources import nvml
 
     if nvml.probe(SourceOptions(node="n")) is None:
         pytest.skip("NVML works on this machine, so auto would pick it")
+    port = free_port()
     cmd = [sys.executable, "-m", "gpuwatch", "export", "--dcgm-bindings", str(tmp_path / "no-dcgm"),
-           "--listen", "127.0.0.1:0"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2
-    assert "dcgm: DCGM Python bindings not importable" in out.stderr and "nvml: NVML not usable" in out.stderr
+           "--kubelet-socket", str(tmp_path / "absent.sock"), "--listen", f"127.0.0.1:{port}", "--interval", "0.2"]
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        body = ""
+        for _ in range(60):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5)
+            except urllib.error.HTTPError as exc:
+                body = exc.read().decode()
+                if "no GPU source usable" in body:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.3)
+        assert process.poll() is None
+        assert "dcgm: DCGM Python bindings not importable" in body and "nvml: NVML not usable" in body, body
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
 
 
 @pytest.mark.slow

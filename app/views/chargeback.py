@@ -53,7 +53,7 @@ def stacked(by: str, title: str) -> tuple[alt.Chart, str]:
     chart = (
         alt.Chart(rows).transform_fold(list(PARTS), as_=["column", "usd"]).transform_calculate(part=calc)
         .mark_bar()
-        .encode(x=alt.X("sum(usd):Q", title="USD", axis=alt.Axis(format="$,.0f")),
+        .encode(x=alt.X("sum(usd):Q", title="USD", axis=ui.usd_axis()),
                 y=alt.Y(f"{by}:N", sort="-x", title=None, axis=alt.Axis(labelLimit=260)),
                 color=alt.Color("part:N", sort=list(PARTS.values()), title=None, legend=alt.Legend(orient="top"),
                                 scale=alt.Scale(domain=list(PARTS.values()), range=COLORS)),

@@ -36,12 +36,14 @@ if not ranked.empty:
     if series.empty:
         st.info("No samples for this pod in the window.")
     else:
+        signal, names = ui.legend_names(["reported_util", "effective_util", "tensor_active"])
         chart = alt.Chart(series).transform_fold(
-            ["reported_util", "effective_util", "tensor_active"], as_=["signal", "value"]).mark_line().encode(
+            ["reported_util", "effective_util", "tensor_active"], as_=["column", "value"]).transform_calculate(
+            signal=signal).mark_line().encode(
             x=alt.X("bucket_start:T", title="time (UTC)"),
             y=alt.Y("value:Q", title="utilization", axis=alt.Axis(format="%")),
             color=alt.Color("signal:N", scale=alt.Scale(range=["#1565c0", "#6a1b9a", "#00897b"]), title=None,
-                            sort=["reported_util", "effective_util", "tensor_active"], legend=alt.Legend(orient="top")),
+                            sort=names, legend=alt.Legend(orient="top")),
             tooltip=["bucket_start:T", "signal:N", alt.Tooltip("value:Q", format=".1%")],
         )
         st.altair_chart(chart, width="stretch", height=280)

@@ -62,8 +62,10 @@ if not ctx.teams:
     tile(cols[3], "Stranded MIG", part(charge, "stranded"), part(previous, "stranded"))
 if previous is None:
     st.caption("No change shown: the data does not cover the period of the same length before this window.")
+with st.expander("Idle GPUs: from the idle cost above to what giving GPUs back saves a month", expanded=True):
+    ui.bridge(ctx)
 
-left, right = st.columns(2)
+left, right = st.container(), st.container()  # one above the other: the actions are sentences
 with left:
     st.subheader("Top wasting teams")
     waste = (picked.assign(waste_usd=picked["idle_usd"] + picked["false_util_usd"])
@@ -107,8 +109,10 @@ st.caption("Reported = GPU_UTIL (GR_ENGINE_ACTIVE on MIG): *a kernel was running
 base = alt.Chart(series).encode(x=alt.X("bucket_start:T", title="time (UTC)"))
 gap = base.mark_area(opacity=0.35, color="#e53935").encode(
     y=alt.Y("effective_util:Q", title="utilization", axis=alt.Axis(format="%")), y2="reported_util:Q")
-lines = base.transform_fold(["reported_util", "effective_util"], as_=["signal", "value"]).mark_line().encode(
-    y="value:Q", color=alt.Color("signal:N", sort=["reported_util", "effective_util"], title=None,
+signal, names = ui.legend_names(["reported_util", "effective_util"])
+lines = base.transform_fold(["reported_util", "effective_util"], as_=["column", "value"]).transform_calculate(
+    signal=signal).mark_line().encode(
+    y="value:Q", color=alt.Color("signal:N", sort=names, title=None,
                                  scale=alt.Scale(range=["#1565c0", "#6a1b9a"]), legend=alt.Legend(orient="top")),
     tooltip=["bucket_start:T", "signal:N", alt.Tooltip("value:Q", format=".1%")])
 st.altair_chart(gap + lines, width="stretch", height=280)
@@ -123,7 +127,7 @@ cost = (
     .transform_calculate(part="{" + ", ".join(f"'{k}': '{v}'" for k, v in COST.items()) + "}[datum.column]")
     .mark_bar()
     .encode(x=alt.X("yearmonthdate(bucket_start):O", title="day (UTC)", axis=alt.Axis(labelAngle=0, format="%b %d")),
-            y=alt.Y("sum(usd):Q", title="USD", stack=True, axis=alt.Axis(format="$,.0f")),
+            y=alt.Y("sum(usd):Q", title="USD", stack=True, axis=ui.usd_axis()),
             color=alt.Color("part:N", sort=list(COST.values()), title=None,
                             scale=alt.Scale(domain=list(COST.values()), range=COLORS), legend=alt.Legend(orient="top")),
             tooltip=["yearmonthdate(bucket_start):O", "part:N", alt.Tooltip("sum(usd):Q", format="$,.2f")])

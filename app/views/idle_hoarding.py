@@ -13,6 +13,9 @@ st.caption("A pod is a hoarder when its GPU was idle (reported < 5 % and SM acti
            "of ≥ 1 h observed, or it has been idle for ≥ 15 min right up to the end of the window "
            "(*reclaimable now*). Thresholds: the defaults of `gpuwatch analyze` (see its `--help`).")
 frame = ui.for_teams(ctx, ui.analysis(ctx, "idle_hoarding"))
+st.subheader("From idle time to a monthly saving")
+ui.bridge(ctx, frame)
+st.subheader("Pods")
 hoarders_only = st.toggle("Hoarders only", value=True, key="idle_hoarders_only")
 shown = frame[frame["hoarder"].fillna(False).astype(bool)] if hoarders_only else frame
 filters = st.columns(3)
@@ -38,7 +41,7 @@ if not shown.empty:
     top = shown.nlargest(20, "idle_cost_usd")
     chart = alt.Chart(top.assign(who=top["namespace"].astype(str) + "/" + top["pod"].astype(str))).mark_bar(
         color="#f9a825").encode(
-        x=alt.X("idle_cost_usd:Q", title="idle cost (USD)", axis=alt.Axis(format="$,.0f")),
+        x=alt.X("idle_cost_usd:Q", title="idle cost (USD)", axis=ui.usd_axis()),
         y=alt.Y("who:N", sort="-x", title=None, axis=alt.Axis(labelLimit=320)),
         tooltip=["namespace:N", "pod:N", "team:N", alt.Tooltip("idle_gpu_hours:Q", format=".1f"),
                  alt.Tooltip("idle_share:Q", format=".0%"), alt.Tooltip("idle_cost_usd:Q", format="$,.2f")],

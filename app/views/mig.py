@@ -29,7 +29,7 @@ cols[1].metric("Stranded slices", f"{int(ok['stranded_slices'].sum())} of {8 * l
                help="Free memory slices no profile requested in this window can be placed on.")
 cols[2].metric("Stranded cost", ui.money(charge.loc[charge["kind"] == "stranded", "cost_usd"].sum()),
                help="This window's cost of stranded capacity (Chargeback's 'stranded MIG' row).")
-cols[3].metric("Repacks save", ui.money(repacks["monthly_savings_usd"].sum()) + "/month",
+cols[3].metric("Repacks save / month", ui.money(repacks["monthly_savings_usd"].sum()),
                help="Run-rate of the stranded cost the repacks free (Recommendations, kind repack).")
 cols[4].metric("Instances to move", f"{int(ok['repack_moves'].sum())}")
 

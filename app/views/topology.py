@@ -64,11 +64,14 @@ def link_map_tab() -> None:
     if not pools:
         st.info("No node with whole GPUs at this time.")
         return
-    pool = st.selectbox("Pool (GPU model)", pools, key="topo_pool")
-    in_pool = sorted((n for n in nodes if n["gpu_model"] == pool), key=lambda n: (-(n["free_gpus"] or 0), n["node"]))
+    pool = st.selectbox("Pool (GPU model)", pools, index=pools.index(problem_pool(pools)), key="topo_pool",
+                        help="Opens on the pool with the most misplaced or spread jobs and blocked pods.")
+    troubled = problem_nodes()
+    in_pool = sorted((n for n in nodes if n["gpu_model"] == pool),
+                     key=lambda n: (-troubled.get(n["node"], 0), -(n["free_gpus"] or 0), n["node"]))
     names = [n["node"] for n in in_pool]
     picked = st.multiselect("Nodes", names, default=names[:4], key=f"topo_nodes_{pool}",
-                            help="Nodes with the most free GPUs first.")
+                            help="Nodes of misplaced jobs and defragmentation moves first, then the most free GPUs.")
     st.caption("Cells: the link between two GPUs (NV = NVLink, then PCIe classes best to worst: PIX one switch, "
                "PXB several, PHB host bridge, NODE within a NUMA node, SYS across sockets). Diagonal: the pod "
                "holding the GPU. Dashed outline: the largest free, fully NVLink-connected block.")
@@ -129,7 +132,8 @@ def capacity_tab() -> None:
                       "largest_nvlink_block": "largest NVLink block free",
                       **{v: f"{v.split('_')[2]}+ free: {'split' if 'node' in v else 'no NVLink block'}"
                          for v in shares.values()}})
-    pool = st.selectbox("Pool", sorted(capacity["gpu_model"].dropna().unique()), key="topo_capacity_pool")
+    pools = sorted(capacity["gpu_model"].dropna().unique())
+    pool = st.selectbox("Pool", pools, index=pools.index(problem_pool(pools)), key="topo_capacity_pool")
     frame = capacity[capacity["gpu_model"] == pool].sort_values("bucket_ts")
     if int(frame["topology_known_gpus"].fillna(0).max()) == 0:
         st.info(f"{topology_map.plain(pool)}: {summary.UNKNOWN} (free GPUs and plain k-GPU counts are shown; "
@@ -163,6 +167,20 @@ def misplaced_tab() -> None:
                                           title=f"{pick['nodes']}: links between its GPUs"),
                     width=topology_map.map_width(len(gpus)), height=topology_map.map_height(len(gpus), 0))
     st.caption(topology_map.plain(pick["reason"]))
+
+
+def problem_pool(pools: list[str]) -> str:
+    """The pool to open on: the one with the most misplaced or spread jobs and blocked pods (ties and no
+    problems: the first by name), so the page does not open on a pool with nothing to see."""
+    counts = pd.concat([flagged["gpu_model"], blocked["gpu_model"]]).value_counts()
+    return max(pools, key=lambda p: (int(counts.get(p, 0)), -pools.index(p)))
+
+
+def problem_nodes() -> dict[str, int]:
+    """node -> how many flagged jobs ran on it or blocked pods would defragment it."""
+    names = [n.strip() for cell in flagged["nodes"].dropna() for n in str(cell).split(",")]
+    names += [str(n) for n in blocked["defrag_node"].dropna()]
+    return pd.Series(names, dtype=object).value_counts().to_dict() if names else {}
 
 
 def _matrix_gpus(matrix: str) -> list[str]:

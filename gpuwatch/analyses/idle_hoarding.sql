@@ -1,6 +1,6 @@
 -- Idle hoarding: allocated pods whose GPUs sit idle, for how long, holding what memory, at what cost.
 -- params: $start, $end (timestamps, window [start, end)), $idle_below (ratio), $gap_steps (steps), $min_idle_run_seconds (seconds), $hoarder_idle_share (ratio), $min_observed_seconds (seconds)
--- columns: namespace, pod, team, idle_gpu_hours, idle_share, longest_idle_seconds, max_fb_used_bytes_idle, idle_cost_usd, hoarder, node, owner_kind, owner_name, priority_class, idle_since, reclaimable_now, usd_per_hour, gpu_count, device_ids, observed_gpu_hours, observed_seconds, observed_cost_usd, end_ts
+-- columns: namespace, pod, team, idle_gpu_hours, idle_share, longest_idle_seconds, max_fb_used_bytes_idle, idle_cost_usd, hoarder, node, owner_kind, owner_name, priority_class, idle_since, reclaimable_now, usd_per_hour, gpu_count, device_ids, observed_gpu_hours, observed_seconds, observed_cost_usd, end_ts, held_at_end
 -- docs/architecture.md#finding-semantics. Each sample stands for one series step of its device; GPU-hours are weighted by the
 -- sample's GPU share (MIG slices / 7, a time-sliced pod's gpu_count) so idle cost reconciles with
 -- chargeback. A gap > $gap_steps steps is unknown time: neither idle nor busy, and it ends a run.
@@ -70,14 +70,17 @@ trailing_runs AS (
     JOIN per_series s USING (stream_id)
     WHERE r.run_end = s.series_last_ts
 ),
-judged_series AS (
-    -- reclaimable now: an idle run of at least $min_idle_run_seconds ends at the series' last sample,
-    -- and that sample is within one step of the window's latest sample
-    SELECT s.*, t.run_start AS trailing_start,
-           coalesce(t.run_seconds >= $min_idle_run_seconds
-                    AND epoch((SELECT last_ts FROM window_last)) - epoch(s.series_last_ts) <= s.step_seconds, FALSE)
-               AS reclaimable
+held AS (
+    -- held at the end: the series' last sample is within one step of the window's latest sample
+    SELECT s.*, epoch((SELECT last_ts FROM window_last)) - epoch(s.series_last_ts) <= s.step_seconds AS held_at_end
     FROM per_series s
+),
+judged_series AS (
+    -- reclaimable now: held at the end, and an idle run of at least $min_idle_run_seconds ends at the
+    -- series' last sample (gpuwatch/idle_bridge.py: the steps from idle time to a monthly saving)
+    SELECT s.*, t.run_start AS trailing_start,
+           coalesce(t.run_seconds >= $min_idle_run_seconds AND s.held_at_end, FALSE) AS reclaimable
+    FROM held s
     LEFT JOIN trailing_runs t USING (stream_id)
 ),
 longest AS (
@@ -97,6 +100,7 @@ per_pod AS (
            exact_sum((idle_seconds + busy_seconds) * usd_per_hour) / 3600.0 AS observed_cost_usd,
            -- a multi-GPU pod is reclaimable only when every one of its devices is
            bool_and(reclaimable) AS reclaimable_now,
+           coalesce(bool_and(held_at_end), FALSE) AS held_at_end,
            max(trailing_start) AS last_idle_start,
            exact_sum(usd_per_hour) AS series_usd_per_hour,
            min(node) AS series_node
@@ -114,7 +118,7 @@ final AS (
            p.reclaimable_now,
            coalesce(a.usd_per_hour, p.series_usd_per_hour) AS usd_per_hour,
            a.gpu_count, a.device_ids,
-           p.observed_gpu_hours, p.observed_seconds, p.observed_cost_usd, a.end_ts
+           p.observed_gpu_hours, p.observed_seconds, p.observed_cost_usd, a.end_ts, p.held_at_end
     FROM per_pod p
     LEFT JOIN longest l USING (namespace, pod)
     LEFT JOIN stg_pods a USING (namespace, pod)

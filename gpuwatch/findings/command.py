@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpuwatch import analyses, recommendations, store, units
+from gpuwatch import analyses, idle_bridge, recommendations, store, units
 from gpuwatch.analyses import chargeback
 from gpuwatch.analyses import params as defaults
 from gpuwatch.findings import FAILURES, TOPOLOGY, csvfile, findings
@@ -47,19 +47,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.format == "csv" and not args.out:
-        print("gpuwatch analyze: --out DIR is required with --format csv", file=sys.stderr)
-        return 2
+    # every flag's value is checked, in the order given on the command line's help, before what is missing
+    end = units.parse_utc(args.end, what="--end") if args.end else None
+    length = timedelta(seconds=units.parse_duration(args.window, what="--window"))
     thresholds = {k: getattr(args, k) for k in defaults.DEFAULTS}
     defaults.check(thresholds)  # every flag is checked before the store is touched
     group_by = defaults.label_key(args.group_by, what="--group-by")
     pool_label = defaults.label_key(args.drift_pool_label, what="--drift-pool-label")
+    if args.format == "csv" and not args.out:
+        print("gpuwatch analyze: --out DIR is required with --format csv", file=sys.stderr)
+        return 2
     if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
         raise units.UsageError(f"--out: {args.out} is a file, not a directory")
     if args.input or args.source:
         command.check_source(args.input or args.source)
-    end = units.parse_utc(args.end, what="--end") if args.end else None
-    length = timedelta(seconds=units.parse_duration(args.window, what="--window"))
+    elif not Path(args.db).exists():  # a mistyped --db: say so instead of creating an empty store
+        raise units.UsageError(f"--db: {args.db}: no such store (create one with `gpuwatch ingest --from SOURCE "
+                               f"--db {args.db}`, or give --input/--from to ingest first)")
     con = store.connect(args.db)
     if args.input or args.source:
         command.ingest(con, args.input or args.source)
@@ -128,8 +132,8 @@ def summary(results: dict, *, start: datetime, end: datetime, hours_per_month: f
     idle = results.get("idle_hoarding")
     if idle is not None:
         hoarders = idle[idle["hoarder"].fillna(False).astype(bool)]
-        lines.append(f"hoarders: {len(hoarders)} pods, {hoarders['idle_gpu_hours'].sum():,.1f} idle GPU-hours, "
-                     f"{_usd(hoarders['idle_cost_usd'], unpriced)}")
+        lines.append(f"hoarders: {len(hoarders)} pods, {hoarders['idle_gpu_hours'].sum():,.1f} idle GPU-hours")
+        lines += idle_bridge.bridge(idle, chargeback=charge, hours_per_month=hours_per_month).lines()
     false = results.get("false_utilization")
     if false is not None:
         offenders = false[false["offender"].fillna(False).astype(bool)]

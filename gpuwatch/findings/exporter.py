@@ -20,7 +20,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from gpuwatch import analyses, store, units
+from gpuwatch import analyses, idle_bridge, store, units
 from gpuwatch.analyses.params import params
 from gpuwatch.analyses.params import window as analysis_window
 from gpuwatch.exporter import server as http_server
@@ -38,7 +38,17 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
                            ("namespace", "team", "kind")),
     "gpuwatch_mig_stranded_slices": ("gauge", "Free MIG memory slices no requested profile can use, per GPU.",
                                      ("hostname", "UUID")),
-    "gpuwatch_reclaimable_gpus": ("gauge", "GPUs held by pods idle right now for at least the reclaim threshold.", ()),
+    "gpuwatch_reclaimable_gpus": ("gauge", "GPUs held by pods idle right now for at least the reclaim threshold "
+                                  "(idle bridge step 4).", ()),
+    "gpuwatch_idle_bridge_pods": ("gauge", "Pods at each step of the idle bridge (docs/architecture.md#the-idle-bridge): "
+                                  "idle (idle in the window), hoarders, holding (still holding their GPUs at its end), "
+                                  "reclaimable (idle right up to its end).", ("step",)),
+    "gpuwatch_idle_bridge_usd": ("gauge", "Idle cost in the analysis window of the pods at each idle bridge step "
+                                 "(idle, hoarders, holding).", ("step",)),
+    "gpuwatch_reclaimable_usd_per_hour": ("gauge", "What the GPUs of the pods reclaimable now cost per hour "
+                                          "(idle bridge step 4).", ()),
+    "gpuwatch_reclaimable_run_rate_usd_per_month": ("gauge", "Each reclaimable pod's idle cost per hour it was "
+                                                    "observed, x hours per month, summed (idle bridge step 5).", ()),
     "gpuwatch_gang_stall_idle_gpu_hours": ("gauge", "GPU-hours a job's pods held GPUs idle while siblings were Pending "
                                            "(kind partial_allocation) in the analysis window; gang = the job (not `job`: Prometheus' own label).",
                                            ("namespace", "gang")),
@@ -156,9 +166,7 @@ def findings(frames: dict) -> dict[str, list[tuple[tuple, float]]]:
     idle, false = frames.get("idle_hoarding"), frames.get("false_utilization")
     if idle is not None:
         out["gpuwatch_idle_gpu_hours"] = _per_pod(idle, "idle_gpu_hours")
-        reclaimable = idle[idle["reclaimable_now"].fillna(False).astype(bool)] if "reclaimable_now" in idle else idle[:0]
-        count = reclaimable["gpu_count"].sum() if "gpu_count" in reclaimable else len(reclaimable)
-        out["gpuwatch_reclaimable_gpus"] = [((), float(count))]
+        out.update(_bridge(idle_bridge.bridge(idle, chargeback=frames.get("chargeback"))))
     if false is not None:
         out["gpuwatch_false_util_gpu_hours"] = _per_pod(false, "false_util_gpu_hours")
     out["gpuwatch_waste_usd"] = _waste(frames.get("chargeback"), idle, false)
@@ -177,6 +185,18 @@ def findings(frames: dict) -> dict[str, list[tuple[tuple, float]]]:
         out["gpuwatch_mig_stranded_slices"] = [((r.node, r.gpu_uuid), float(r.stranded_slices))
                                                for r in rows.itertuples(index=False)]
     return out
+
+
+def _bridge(steps: idle_bridge.Bridge) -> dict[str, list[tuple[tuple, float]]]:
+    """The idle bridge's steps (gpuwatch/idle_bridge.py: the figures the CLI, app and report print)."""
+    return {"gpuwatch_reclaimable_gpus": [((), steps.reclaimable_gpus)],
+            "gpuwatch_idle_bridge_pods": [(("idle",), float(steps.idle_pods)), (("hoarders",), float(steps.hoarder_pods)),
+                                          (("holding",), float(steps.holding_pods)),
+                                          (("reclaimable",), float(steps.reclaimable_pods))],
+            "gpuwatch_idle_bridge_usd": [(("idle",), steps.idle_usd), (("hoarders",), steps.hoarder_usd),
+                                         (("holding",), steps.holding_usd)],
+            "gpuwatch_reclaimable_usd_per_hour": [((), steps.reclaimable_usd_per_hour)],
+            "gpuwatch_reclaimable_run_rate_usd_per_month": [((), steps.run_rate_usd_per_month)]}
 
 
 def _per_pod(frame, column: str) -> list[tuple[tuple, float]]:

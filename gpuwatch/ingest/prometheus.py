@@ -92,9 +92,10 @@ class Client:
             try:
                 reply = self.session.get(f"{self.url}{path}", params=params, timeout=self.timeout)
             except (requests.ConnectionError, requests.Timeout) as exc:
-                if last:
-                    raise PrometheusError(f"{self.url}{path}: {type(exc).__name__}: {exc} "
-                                          f"(gave up after {self.retries + 1} attempts)") from exc
+                if last:  # the reason, not the URL-encoded query requests repeats
+                    raise PrometheusError(f"cannot reach Prometheus at {self.url}: {unreachable(exc, self.timeout)} "
+                                          f"(gave up after {self.retries + 1} attempts; is the server up and "
+                                          "the address right?)") from exc
             else:
                 if (reply.status_code < 500 and reply.status_code != 429) or last:
                     with self._lock:
@@ -120,6 +121,17 @@ class Client:
 
     def series(self, match: str, *, start: float, end: float) -> list[dict]:
         return self.get("/api/v1/series", {"match[]": match, "start": _num(start), "end": _num(end)})
+
+
+def unreachable(exc: BaseException, timeout: float) -> str:
+    """Why a request got no reply, in a few words: the OS's reason (Connection refused, Name or service
+    not known ...) or the timeout."""
+    import requests
+
+    if isinstance(exc, requests.Timeout):
+        return f"no reply within {timeout:g} s"
+    found = re.findall(r"\[Errno -?\d+\] ([^'\")\]]+)", str(exc))
+    return found[-1].strip() if found else type(exc).__name__
 
 
 def parse_reply(status: int, body: bytes, *, what: str):

@@ -60,6 +60,7 @@ class Result:
     rows: list[dict]
     cluster_consulted: bool
     note: str = ""
+    findings: Any = None  # the idle_hoarding rows the pass planned from (the idle bridge's step 4)
 
 
 def run_once(settings: Settings, con: Any, cluster: Any = None, *, metrics: Any = None) -> Result:
@@ -96,7 +97,7 @@ def run_once(settings: Settings, con: Any, cluster: Any = None, *, metrics: Any 
     audit.write(con, rows)
     if metrics is not None:
         metrics.observe(rows)
-    return Result(run_id, now, actions, rows, consulted, note)
+    return Result(run_id, now, actions, rows, consulted, note, findings)
 
 
 def loop(settings: Settings, con: Any, connect: Callable[[], Any], *, interval_seconds: float,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuwatch import idle_bridge
 from gpuwatch.reclaim import audit
 from gpuwatch.reclaim.controller import Result
 
@@ -29,6 +30,8 @@ def render(result: Result, *, apply: bool) -> str:
     for row in table:
         lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1])
     lines.append(_totals(result.rows))
+    if result.findings is not None and len(result.findings):
+        lines.append(_bridge(result.findings, result.rows))
     return "\n".join(lines)
 
 
@@ -48,6 +51,19 @@ def counterfactual(con: Any, *, start, end) -> str:
         lines.append(f"  {r.namespace}/{r.owner_kind}/{r.owner_name} ({r.team}): "
                      f"{r.gpu_hours:.1f} GPU-h = ${r.usd:,.2f}")
     return "\n".join(lines)
+
+
+def _bridge(findings: Any, rows: list[dict]) -> str:
+    """Where this pass sits on the idle bridge (gpuwatch/idle_bridge.py): its step 4 is what the policy
+    chose from."""
+    import pandas as pd
+
+    steps = idle_bridge.bridge(findings if isinstance(findings, pd.DataFrame) else pd.DataFrame(findings))
+    acting = {(r["namespace"], r["pod"]) for r in rows if r["decision"] in ("acted", "would_act")}
+    # step 4 is judged at the data's end, whatever window the pass read: the same pods as `analyze` shows
+    return (f"Idle bridge step 4: {steps.reclaimable_pods} pods reclaimable now ({steps.reclaimable_gpus:g} GPUs = "
+            f"${steps.reclaimable_usd_per_hour:,.2f}/h); this pass acts on {len(acting)} of them, the policy skips "
+            "or warns the rest (reasons above).")
 
 
 def _reason(row: dict) -> str:

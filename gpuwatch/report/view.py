@@ -10,8 +10,8 @@ from typing import Any
 
 import pandas as pd
 
+from gpuwatch import idle_bridge, recommendations
 from gpuwatch import mig as mig_geometry
-from gpuwatch import recommendations
 from gpuwatch.analyses import chargeback
 from gpuwatch.report import charts, health, topology
 
@@ -187,6 +187,7 @@ def _findings(data, *, team: str | None) -> dict:
     mig = data.frames["mig_fragmentation"] if team is None else data.frames["mig_fragmentation"].iloc[0:0]
     return {
         "hoarders": hoarders.to_dict("records"),
+        "bridge": idle_bridge.bridge(idle, chargeback=pick(data.frames["chargeback"])).rows(),
         "false_util": offenders.to_dict("records"),
         "false_util_columns": [{"name": c, "title": t, "numeric": n} for c, t, n in (
             ("namespace", "Namespace", False), ("pod", "Pod", False), ("team", "Team", False),

@@ -101,15 +101,46 @@ class NoSourceError(RuntimeError):
 def open_source(name: str, options: SourceOptions) -> Source:
     """Open source ``name`` (a key of SOURCES, or ``auto``: dcgm if importable, else nvml)."""
     if name == "auto":
-        reasons = []
-        for candidate in AUTO_ORDER:
-            why = importlib.import_module(SOURCES[candidate]).probe(options)
-            if why is None:
-                name = candidate
-                break
-            reasons.append(f"{candidate}: {why}")
-        else:
-            raise NoSourceError("no GPU source usable (--source auto): " + "; ".join(reasons))
+        usable, reasons = _probe(options)
+        if usable is None:  # serve, saying why: /healthz 503 as --source nvml does, never a crash loop
+            return AwaitingSource(options, reasons)
+        name = usable
     if name not in SOURCES:
         raise NoSourceError(f"unknown source {name!r}; choose one of {', '.join(SOURCES)} or auto")
     return importlib.import_module(SOURCES[name]).open_source(options)
+
+
+def _probe(options: SourceOptions) -> tuple[str | None, list[str]]:
+    """The first usable source of AUTO_ORDER, and why each one before it is not."""
+    reasons = []
+    for candidate in AUTO_ORDER:
+        why = importlib.import_module(SOURCES[candidate]).probe(options)
+        if why is None:
+            return candidate, reasons
+        reasons.append(f"{candidate}: {why}")
+    return None, reasons
+
+
+class AwaitingSource:
+    """``--source auto`` on a node where no source is usable yet (no driver, no bindings): every read
+    fails saying why, so the exporter serves ``gpuwatch_source_up 0`` and ``/healthz`` 503 with the
+    reason, as ``--source nvml`` does, instead of exiting (a DaemonSet would crash-loop); each read
+    probes again and a source that becomes usable (a driver loaded late) is opened and read from then on."""
+
+    name = "auto"
+
+    def __init__(self, options: SourceOptions, reasons: list[str]):
+        self.options, self.reasons = options, reasons
+        self.source: Source | None = None
+
+    def read(self, now: float) -> Snapshot:
+        if self.source is None:
+            usable, self.reasons = _probe(self.options)
+            if usable is None:
+                raise NoSourceError("no GPU source usable (--source auto): " + "; ".join(self.reasons))
+            self.source = importlib.import_module(SOURCES[usable]).open_source(self.options)
+        return self.source.read(now)
+
+    def close(self) -> None:
+        if self.source is not None:
+            self.source.close()

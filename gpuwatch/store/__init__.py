@@ -17,12 +17,13 @@ from typing import Any
 
 from gpuwatch import mig, topology
 from gpuwatch.store import keys
+from gpuwatch.store.files import discard_if_empty, locked_by
 from gpuwatch.store.load import LIST_PRICES, link_bundle, load, load_bundle
 from gpuwatch.store.staged import node_ranges, refresh, script
 from gpuwatch.store.validate import BundleError
 
-__all__ = ["LIST_PRICES", "BundleError", "bulk_end", "connect", "data_range", "has_table", "link_bundle", "load",
-           "load_bundle", "node_ranges", "price_coverage", "refresh"]
+__all__ = ["LIST_PRICES", "BundleError", "bulk_end", "connect", "data_range", "discard_if_empty", "has_table",
+           "link_bundle", "load", "load_bundle", "locked_by", "node_ranges", "price_coverage", "refresh"]
 
 
 # DuckDB takes 80% of RAM by default; a store is one process among many (a pod, a laptop), so cap
@@ -41,6 +42,10 @@ def connect(path: str | None, *, read_only: bool = False, memory_limit: str | No
     try:
         con = duckdb.connect(":memory:" if path is None else str(path), read_only=read_only, config=config)
     except (duckdb.IOException, duckdb.CatalogException, duckdb.InvalidInputException) as exc:
+        held = locked_by(str(exc))
+        if held is not None:
+            raise BundleError(f"{path}: in use by another process ({held}); a store has one writer at a time: "
+                              "stop it, or write to another file") from None
         raise BundleError(f"{path}: not a gpuwatch store ({' '.join(str(exc).split())})") from None
     _session(con)
     if read_only and not _old_staging(con) and not has_table(con, "stg_sample_rows"):
