@@ -58,6 +58,9 @@ EVENT_NAMES = frozenset(promframes_health.KINDS) | {"gpuwatch_driver_info", prom
 # Node labels (prices per node label; GFD's time-slicing replicas), else the device plugin's shared
 # capacity / GPUs (promframes_pods): the last value in the window.
 SHARED_REPLICAS = ("kube_node_labels", 'kube_node_status_capacity{resource="nvidia_com_gpu_shared"}')
+_NUMBER_TYPES = frozenset({int, float, str})  # what a reply's timestamps and values may be in JSON ("1.5", 1.5, 1)
+_TS_SLACK = 0.002  # a reply's timestamps lie on the queried grid: start and end are sent with 3 decimals
+_YEARS = (946_684_800.0, 4_102_444_800.0)  # 2000-01-01 .. 2100-01-01: where a timestamp is plausible at all
 
 
 class PrometheusError(units.DataError):
@@ -106,20 +109,27 @@ class Client:
     def query_range(self, query: str, start: float, end: float, step: float) -> list:
         data = self.get("/api/v1/query_range", {"query": query, "start": _num(start), "end": _num(end),
                                                 "step": _num(step)})
-        return parse_matrix(data, query=query)
+        return parse_matrix(data, query=query, bounds=(start, end))
 
     def query(self, query: str, at: float) -> list:
         data = self.get("/api/v1/query", {"query": query, "time": _num(at)})
         if isinstance(data, dict) and data.get("resultType") == "vector" and isinstance(data.get("result"), list):
             data = {"resultType": "matrix", "result": [{"metric": r.get("metric", {}), "values": [r.get("value")]}
-                                                       for r in data["result"]]}
-        return parse_matrix(data, query=query)
+                                                       if isinstance(r, dict) else r for r in data["result"]]}
+        return parse_matrix(data, query=query, bounds=(at, at))
 
     def values(self, label: str, *, match: str, start: float, end: float) -> list[str]:
-        return self.get(f"/api/v1/label/{label}/values", {"match[]": match, "start": _num(start), "end": _num(end)})
+        data = self.get(f"/api/v1/label/{label}/values", {"match[]": match, "start": _num(start), "end": _num(end)})
+        if not isinstance(data, list) or not all(isinstance(v, str) for v in data):
+            raise PrometheusError(f"{self.url} label {label} values: expected a list of names, got {str(data)[:200]}")
+        return data
 
     def series(self, match: str, *, start: float, end: float) -> list[dict]:
-        return self.get("/api/v1/series", {"match[]": match, "start": _num(start), "end": _num(end)})
+        data = self.get("/api/v1/series", {"match[]": match, "start": _num(start), "end": _num(end)})
+        if not isinstance(data, list) or not all(isinstance(s, dict) and all(isinstance(v, str) for v in s.values())
+                                                 for s in data):
+            raise PrometheusError(f"{self.url} series {match}: expected a list of label sets, got {str(data)[:200]}")
+        return data
 
 
 def parse_reply(status: int, body: bytes, *, what: str):
@@ -138,20 +148,43 @@ def parse_reply(status: int, body: bytes, *, what: str):
     return doc["data"]
 
 
-def parse_matrix(data, *, query: str = "") -> list[tuple[dict, np.ndarray, np.ndarray]]:
-    """(labels, ts, values) per series of a ``matrix`` reply; NaN/±Inf values kept as NaN."""
+def parse_matrix(data, *, query: str = "", bounds: tuple[float, float] | None = None) -> list[tuple[dict, np.ndarray, np.ndarray]]:
+    """(labels, ts, values) per series of a ``matrix`` reply; NaN/±Inf values kept as NaN. A reply
+    Prometheus would not send is a ``PrometheusError`` naming the query: a series that is not an
+    object, labels that are not text, points that are not [timestamp, value] pairs, a value that is
+    null or not a number, a timestamp outside ``bounds`` (the queried [start, end]) or not finite."""
     if not isinstance(data, dict) or data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
         raise PrometheusError(f"{query}: expected a matrix result, got {str(data)[:200]}")
-    out = []
-    for item in data["result"]:
-        try:
-            points = np.array(item["values"], dtype=object).reshape(-1, 2)
-            ts, values = points[:, 0].astype(float), points[:, 1].astype(float)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise PrometheusError(f"{query}: malformed series {str(item)[:200]}: {exc}") from exc
-        values[~np.isfinite(values)] = np.nan
-        out.append((dict(item.get("metric", {})), ts, values))
-    return out
+    return [_series(item, query=query, bounds=bounds) for item in data["result"]]
+
+
+def _series(item, *, query: str, bounds: tuple[float, float] | None) -> tuple[dict, np.ndarray, np.ndarray]:
+    def malformed(why: str) -> PrometheusError:
+        return PrometheusError(f"{query}: malformed series {str(item)[:200]}: {why}")
+
+    if not isinstance(item, dict) or not isinstance(item.get("values"), list):
+        raise malformed("expected an object with a 'values' list")
+    labels = item.get("metric", {})
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise malformed("'metric' is not an object of text labels")
+    try:
+        points = np.array(item["values"], dtype=object)
+        points = points.reshape(-1, 2) if points.size == 0 else points
+        if points.ndim != 2 or points.shape[1] != 2:
+            raise ValueError("points are not [timestamp, value] pairs")
+        for column in (points[:, 0], points[:, 1]):
+            if not set(map(type, column)) <= _NUMBER_TYPES:
+                raise ValueError("a timestamp or value is not a number (null, true, a list?)")
+        ts, values = points[:, 0].astype(float), points[:, 1].astype(float)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise malformed(str(exc)) from None
+    lo, hi = (bounds[0] - _TS_SLACK, bounds[1] + _TS_SLACK) if bounds else _YEARS
+    outside = ~np.isfinite(ts) | (ts < lo) | (ts > hi)
+    if outside.any():
+        raise malformed(f"timestamp {float(ts[outside][0])!r} is outside the query's range"
+                        + (f" [{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else ""))
+    values[~np.isfinite(values)] = np.nan
+    return dict(labels), ts, values
 
 
 def fetch(url: str, *, start: float | datetime, end: float | datetime, step: float = 60.0,

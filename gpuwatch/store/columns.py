@@ -163,9 +163,11 @@ def _column(name: str, column: str, source: str | None, *, file: str) -> tuple[s
         rules.append(Rule(column, f"(isinf({n}) OR {n} <> round({n})) AND NOT isnan({n})", n, "{raw} is not a whole number"))
     limit = 9.2e18 if target == "BIGINT" else 2147483647.0  # what the column's integer type holds
     rules.append(Rule(column, f"abs({n}) > {limit} AND NOT isnan({n})", n, "{raw} is out of range for this column"))
+    # TRY_CAST: a value out of the type's range is NULL here and named by the rule above, never a
+    # conversion error while the first bad row is looked for
     if source in _NUMERIC[:10]:  # integer columns need no rounding
-        return f"CAST({x} AS {target})", rules
-    return f"CASE WHEN NOT isnan({n}) THEN CAST(round({n}) AS {target}) END", rules
+        return f"TRY_CAST({x} AS {target})", rules
+    return f"CASE WHEN NOT isnan({n}) THEN TRY_CAST(round({n}) AS {target}) END", rules
 
 
 def _ratio_rule(column: str, n: str, limit: float | str) -> Rule:
