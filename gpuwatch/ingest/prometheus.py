@@ -17,7 +17,6 @@ e.g. no SM_ACTIVE -> effective utilisation unknown), never a zero.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import threading
@@ -27,8 +26,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
-import numpy as np
-
 from gpuwatch import units
 from gpuwatch.ingest import (
     promframes,
@@ -37,7 +34,11 @@ from gpuwatch.ingest import (
     promframes_queues,
     promframes_status,
     promframes_topology,
+    promhttp,
 )
+from gpuwatch.ingest.promreply import PrometheusError, parse_matrix, parse_reply
+
+__all__ = ["MAX_POINTS", "Client", "PrometheusError", "fetch", "parse_matrix", "parse_reply", "read", "time_chunks"]
 
 MAX_POINTS = 11_000  # Prometheus rejects a query_range that would return more per series
 CONCURRENCY = 4  # range queries in flight at once (Prometheus' own --query.max-concurrency defaults to 20)
@@ -58,18 +59,15 @@ EVENT_NAMES = frozenset(promframes_health.KINDS) | {"gpuwatch_driver_info", prom
 # Node labels (prices per node label; GFD's time-slicing replicas), else the device plugin's shared
 # capacity / GPUs (promframes_pods): the last value in the window.
 SHARED_REPLICAS = ("kube_node_labels", 'kube_node_status_capacity{resource="nvidia_com_gpu_shared"}')
-_NUMBER_TYPES = frozenset({int, float, str})  # what a reply's timestamps and values may be in JSON ("1.5", 1.5, 1)
-_TS_SLACK = 0.002  # a reply's timestamps lie on the queried grid: start and end are sent with 3 decimals
-_YEARS = (946_684_800.0, 4_102_444_800.0)  # 2000-01-01 .. 2100-01-01: where a timestamp is plausible at all
-
-
-class PrometheusError(units.DataError):
-    """Prometheus could not answer: HTTP failure, ``status: error``, or a malformed reply."""
 
 
 @dataclass
 class Client:
-    """Minimal Prometheus HTTP API client with retries; ``session`` and ``sleep`` are injectable."""
+    """Minimal Prometheus HTTP API client with retries; ``session`` and ``sleep`` are injectable.
+
+    ``timeout``: the most one request may take, connect to last byte (promhttp: a trickling reply
+    is cut); ``deadline``: the most the client's whole read may take, retries included (None: no
+    bound); ``cancel``: cancels every request in flight at once (``ingest --follow`` on SIGTERM)."""
 
     url: str
     session: object = None
@@ -77,33 +75,49 @@ class Client:
     retries: int = 4
     backoff: float = 0.5
     sleep: Callable[[float], None] = time.sleep
+    deadline: float | None = None
+    cancel: promhttp.Cancel = field(default_factory=promhttp.Cancel)
     queries: int = field(default=0, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _until: float = field(default=math.inf, init=False, repr=False)
 
     def __post_init__(self):
-        import requests
-
         self.url = self.url.rstrip("/").replace("prometheus://", "http://", 1)
-        self.session = self.session or requests.Session()
+        self.session = self.session or promhttp.session()
+        self._until = time.monotonic() + self.deadline if self.deadline is not None else math.inf
 
     def get(self, path: str, params: dict):
-        """``data`` of a successful reply to GET ``path``; retries transient failures."""
+        """``data`` of a successful reply to GET ``path``; retries transient failures (5xx, 429,
+        network errors, a request past its ``timeout``) within the read's ``deadline``."""
         import requests
 
+        what = f"{self.url}{path} {params.get('query', '')}".rstrip()
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
+            seconds = min(self.timeout, self._until - time.monotonic())
+            if seconds <= 0:
+                raise PrometheusError(f"{what}: the read's deadline of {self.deadline:g}s passed "
+                                      f"(after {self.queries} queries; raise --deadline, or lower --chunk)")
             try:
-                reply = self.session.get(f"{self.url}{path}", params=params, timeout=self.timeout)
-            except (requests.ConnectionError, requests.Timeout) as exc:
+                status, headers, body = promhttp.get(self.session, f"{self.url}{path}", params, seconds=seconds,
+                                                     cancel=self.cancel)
+            except promhttp.Cancelled:
+                raise PrometheusError(f"{what}: cancelled (stopping)") from None
+            except (requests.ConnectionError, requests.Timeout, TimeoutError) as exc:
                 if last:
-                    raise PrometheusError(f"{self.url}{path}: {type(exc).__name__}: {exc} "
+                    raise PrometheusError(f"{what}: {type(exc).__name__}: {exc} "
                                           f"(gave up after {self.retries + 1} attempts)") from exc
+            except requests.RequestException as exc:  # an invalid URL, a broken chunked reply ...
+                raise PrometheusError(f"{what}: {type(exc).__name__}: {exc}") from exc
             else:
-                if (reply.status_code < 500 and reply.status_code != 429) or last:
+                if 300 <= status < 400:
+                    raise PrometheusError(f"{what}: HTTP {status}, a redirect to {headers.get('Location', '?')!r}: "
+                                          "not followed (give --from the address Prometheus answers on)")
+                if (status < 500 and status != 429) or last:
                     with self._lock:
                         self.queries += 1
-                    return parse_reply(reply.status_code, reply.content, what=f"{self.url}{path} {params.get('query', '')}")
-            self.sleep(self.backoff * 2 ** attempt)
+                    return parse_reply(status, body, what=what)
+            self.sleep(min(self.backoff * 2 ** attempt, max(0.0, self._until - time.monotonic())))
         raise AssertionError("unreachable")
 
     def query_range(self, query: str, start: float, end: float, step: float) -> list:
@@ -132,67 +146,15 @@ class Client:
         return data
 
 
-def parse_reply(status: int, body: bytes, *, what: str):
-    """The ``data`` of a Prometheus API reply; ``PrometheusError`` for anything else."""
-    try:
-        doc = json.loads(body)
-    except ValueError as exc:
-        raise PrometheusError(f"{what}: HTTP {status}, truncated or invalid JSON ({len(body)} bytes): {exc}") from exc
-    if not isinstance(doc, dict) or doc.get("status") not in ("success", "error"):
-        raise PrometheusError(f"{what}: HTTP {status}, not a Prometheus API reply: {body[:200]!r}")
-    if doc["status"] == "error" or status >= 400:
-        hint = " (lower --chunk or nodes_per_query)" if "too many samples" in str(doc.get("error")) else ""
-        raise PrometheusError(f"{what}: HTTP {status}, {doc.get('errorType', 'error')}: {doc.get('error')}{hint}")
-    if "data" not in doc:
-        raise PrometheusError(f"{what}: reply has no 'data'")
-    return doc["data"]
-
-
-def parse_matrix(data, *, query: str = "", bounds: tuple[float, float] | None = None) -> list[tuple[dict, np.ndarray, np.ndarray]]:
-    """(labels, ts, values) per series of a ``matrix`` reply; NaN/±Inf values kept as NaN. A reply
-    Prometheus would not send is a ``PrometheusError`` naming the query: a series that is not an
-    object, labels that are not text, points that are not [timestamp, value] pairs, a value that is
-    null or not a number, a timestamp outside ``bounds`` (the queried [start, end]) or not finite."""
-    if not isinstance(data, dict) or data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
-        raise PrometheusError(f"{query}: expected a matrix result, got {str(data)[:200]}")
-    return [_series(item, query=query, bounds=bounds) for item in data["result"]]
-
-
-def _series(item, *, query: str, bounds: tuple[float, float] | None) -> tuple[dict, np.ndarray, np.ndarray]:
-    def malformed(why: str) -> PrometheusError:
-        return PrometheusError(f"{query}: malformed series {str(item)[:200]}: {why}")
-
-    if not isinstance(item, dict) or not isinstance(item.get("values"), list):
-        raise malformed("expected an object with a 'values' list")
-    labels = item.get("metric", {})
-    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
-        raise malformed("'metric' is not an object of text labels")
-    try:
-        points = np.array(item["values"], dtype=object)
-        points = points.reshape(-1, 2) if points.size == 0 else points
-        if points.ndim != 2 or points.shape[1] != 2:
-            raise ValueError("points are not [timestamp, value] pairs")
-        for column in (points[:, 0], points[:, 1]):
-            if not set(map(type, column)) <= _NUMBER_TYPES:
-                raise ValueError("a timestamp or value is not a number (null, true, a list?)")
-        ts, values = points[:, 0].astype(float), points[:, 1].astype(float)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise malformed(str(exc)) from None
-    lo, hi = (bounds[0] - _TS_SLACK, bounds[1] + _TS_SLACK) if bounds else _YEARS
-    outside = ~np.isfinite(ts) | (ts < lo) | (ts > hi)
-    if outside.any():
-        raise malformed(f"timestamp {float(ts[outside][0])!r} is outside the query's range"
-                        + (f" [{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else ""))
-    values[~np.isfinite(values)] = np.nan
-    return dict(labels), ts, values
-
-
 def fetch(url: str, *, start: float | datetime, end: float | datetime, step: float = 60.0,
           chunk: float = 86_400.0, session=None, nodes_per_query: int = NODES_PER_QUERY, team_label: str = "team",
           shared_replicas: float | None = None, progress: Callable[[int, int], None] | None = None,
-          client: Client | None = None, concurrency: int = CONCURRENCY) -> dict:
-    """Bundle frames (devices, samples, pods) for ``[start, end)`` at ``step`` seconds."""
-    client = client or Client(url, session=session)
+          client: Client | None = None, concurrency: int = CONCURRENCY, timeout: float = 120.0,
+          deadline: float | None = None, cancel: promhttp.Cancel | None = None) -> dict:
+    """Bundle frames (devices, samples, pods) for ``[start, end)`` at ``step`` seconds; each request
+    within ``timeout`` seconds, the whole read within ``deadline`` (Client)."""
+    client = client or Client(url, session=session, timeout=timeout, deadline=deadline,
+                              cancel=cancel or promhttp.Cancel())
     start, end = units.epoch_seconds(start), units.epoch_seconds(end)
     grid = time_chunks(start, end, step=step, chunk=chunk)
     if not grid:
@@ -233,11 +195,14 @@ def read(client: Client, grid: list[tuple[float, float]], *, step: float, nodes_
     out = []
     # a few queries in flight: Prometheus evaluates one while the reply of another is parsed here
     # (results are taken in plan order; the first error ends the read)
-    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
+    try:
         for done, series in enumerate(pool.map(ranged, plan), 1):
             out += series
             if progress:
                 progress(done, len(plan))
+    finally:  # after an error, the queries not yet started are not made
+        pool.shutdown(wait=True, cancel_futures=True)
     for expr, name in last:
         out += [promframes.Series(name, labels, ts, v) for labels, ts, v in client.query(expr, hi)]
     targets = {(s.get("namespace"), s["pod"]) for s in client.series("up", start=lo, end=hi) if s.get("pod")}
