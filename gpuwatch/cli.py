@@ -49,14 +49,39 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(_PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
     module = importlib.import_module(COMMANDS[args.command][0])
+    streams = sys.stdout, sys.stderr
+    # names from data (pods, models, nodes) reach the terminal with their control characters escaped
+    sys.stdout, sys.stderr = _Printable(streams[0]), _Printable(streams[1])
     try:
         return int(module.run(args) or 0)
     except units.UsageError as exc:  # a flag or key the user gave: usage error, one line
         return _fail(args.command, exc, code=2)
     except (units.DataError, OSError) as exc:  # bad data, a missing file, an unreachable server: one line
         return _fail(args.command, exc, code=1)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+class _Printable:
+    """A text stream writing through to ``stream`` with terminal control characters escaped."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(units.printable(text))
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+class _PrintableFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return units.printable(super().format(record))
 
 
 def _fail(command: str, exc: BaseException, *, code: int) -> int:

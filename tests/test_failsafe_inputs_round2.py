@@ -112,3 +112,31 @@ def test_export_derived_starts_without_a_logging_error(tmp_path):
         proc.wait(timeout=10)
     assert "Logging error" not in "".join(lines)
     assert re.search(rf"serving derived metrics from {re.escape(db)} on :\d+/metrics \(window 7d\)$", lines[-1].rstrip())
+
+
+# --- item 15: names with control characters reach the terminal escaped --------------------------------
+
+EVIL = "evil\x1b[2J\x1b]0;pwned\x07\u202eteam\r"
+
+
+def test_names_with_terminal_controls_are_printed_escaped(tmp_path, capsys):
+    from gpuwatch.store import bundle
+    from tests import app_support as support
+
+    frames = {name: pd.read_parquet(file) if file.suffix == ".parquet" else pd.read_csv(file)
+              for name, file in bundle.find_files(support.sample_bundle()).items() if name != "truth"}
+    pods = frames["pods"]
+    pods["team"] = pods["team"].astype(object).where(pods["team"] != sorted(pods["team"].dropna())[0], EVIL)
+    frames["devices"]["gpu_model"] = frames["devices"]["gpu_model"].astype(object).str.replace("NVIDIA", EVIL)
+    db = str(tmp_path / "evil.duckdb")
+    con = store.connect(db)
+    store.load(con, frames, source="evil")
+    con.close()
+    assert main(["ingest", "--db", db, "--from", str(tmp_path / f"no{EVIL}such")]) == 1
+    assert main(["ingest", "--db", db, "--prices", "list"]) == 0  # prints each model's price coverage
+    assert main(["analyze", "--db", db, "--format", "table"]) == 0  # prints the teams' table
+    out, err = capsys.readouterr()
+    for text in (out, err):
+        assert not any(c in text for c in "\x1b\x07\r\u202e"), repr(text[:300])
+    assert out.count("evil\\x1b[2J\\x1b]0;pwned\\x07\\u202eteam\\x0d") >= 5  # 4 models, >= 1 team row
+    assert "noevil\\x1b[2J\\x1b]0;pwned\\x07\\u202eteam such: no such file" in err
