@@ -140,3 +140,17 @@ def test_names_with_terminal_controls_are_printed_escaped(tmp_path, capsys):
         assert not any(c in text for c in "\x1b\x07\r\u202e"), repr(text[:300])
     assert out.count("evil\\x1b[2J\\x1b]0;pwned\\x07\\u202eteam\\x0d") >= 5  # 4 models, >= 1 team row
     assert "noevil\\x1b[2J\\x1b]0;pwned\\x07\\u202eteam such: no such file" in err
+
+
+def test_a_process_pid_beyond_pid_max_on_a_page_is_no_process(tmp_path, capsys):
+    page = tmp_path / "page.prom"
+    page.write_text('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a",Hostname="n1",modelName="NVIDIA H100"} 50 1793577600000\n'
+                    'gpuwatch_process_memory_bytes{UUID="GPU-a",Hostname="n1",pid="99999999999999",owner="host"} 1000 '
+                    '1793577600000\n'
+                    'gpuwatch_process_memory_bytes{UUID="GPU-a",Hostname="n1",pid="4242",owner="host"} 2000 1793577600000\n')
+    db = str(tmp_path / "p.duckdb")
+    assert main(["ingest", "--from", str(page), "--db", db]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    con = store.connect(db, read_only=True)
+    assert con.execute("SELECT pid, fb_used_bytes FROM processes").fetchall() == [(4242, 2000.0)]
+    con.close()
