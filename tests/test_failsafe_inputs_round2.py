@@ -154,3 +154,19 @@ def test_a_process_pid_beyond_pid_max_on_a_page_is_no_process(tmp_path, capsys):
     con = store.connect(db, read_only=True)
     assert con.execute("SELECT pid, fb_used_bytes FROM processes").fetchall() == [(4242, 2000.0)]
     con.close()
+
+
+def test_a_page_with_a_gpu_instance_id_that_is_no_number_loads_the_rest(tmp_path, capsys, caplog):
+    page = tmp_path / "page.prom"
+    page.write_text('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a",Hostname="n1",modelName="NVIDIA H100"} 50 1793577600000\n'
+                    'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-b",Hostname="n1",GPU_I_ID="x",GPU_I_PROFILE="1g.10gb",'
+                    'modelName="NVIDIA H100"} 70 1793577600000\n')
+    db = str(tmp_path / "g.duckdb")
+    assert main(["ingest", "--from", str(page), "--db", db]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    assert any("1 GPU series with a GPU_I_ID that is no MIG instance id (e.g. 'x') were not loaded" in r.getMessage()
+               for r in caplog.records)
+    con = store.connect(db, read_only=True)
+    assert con.execute("SELECT gpu_uuid, gpu_util FROM samples").fetchall() == [("GPU-a", 0.5)]
+    assert con.execute("SELECT gpu_uuid FROM devices").fetchall() == [("GPU-a",)]
+    con.close()
