@@ -170,3 +170,15 @@ def test_a_page_with_a_gpu_instance_id_that_is_no_number_loads_the_rest(tmp_path
     assert con.execute("SELECT gpu_uuid, gpu_util FROM samples").fetchall() == [("GPU-a", 0.5)]
     assert con.execute("SELECT gpu_uuid FROM devices").fetchall() == [("GPU-a",)]
     con.close()
+
+
+@pytest.mark.parametrize("stamp", ["100000000000000000000", "1e20", "NaN"])
+def test_a_page_timestamp_beyond_any_date_is_one_line(stamp, tmp_path, capsys):
+    page = tmp_path / "page.prom"
+    page.write_text(f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="GPU-a",Hostname="n1"}} 50 {stamp}\n')
+    db = _store(tmp_path / "s.duckdb")
+    before = _snapshot(db)
+    assert main(["ingest", "--from", str(page), "--db", db]) == 1
+    line = _one_line(capsys.readouterr().err, "ingest")
+    assert f"{page}:1: timestamp " in line and "is outside 2000-01-01 .. 2100-01-01" in line
+    assert _snapshot(db) == before
