@@ -77,7 +77,7 @@ def to_series(text: str, *, at: float, source: str = "<text>") -> list[promframe
                 raise PromFileError(f"{source}:{line}: duplicate series {sample.name}{sample.labels}")
             seen[key] = 1
             ts = float(sample.timestamp) if sample.timestamp is not None else at
-            if not _YEARS[0] <= ts < _YEARS[1]:  # NaN too; a page's own timestamps are epoch milliseconds
+            if sample.timestamp is not None and not _YEARS[0] <= ts < _YEARS[1]:  # NaN too; epoch milliseconds
                 line = _line_of(text, sample.name, sample.labels, nth=1)
                 raise PromFileError(f"{source}:{line}: timestamp {ts * 1000:.16g} ms is outside 2000-01-01 .. 2100-01-01 "
                                     "(a page's timestamps are epoch milliseconds)")
