@@ -64,11 +64,12 @@ def scope(argv: list[str] | None = None, headers=None) -> tuple[str, ...] | None
 
     ``--team`` (repeatable, or $GPUWATCH_APP_TEAMS) fixes them for the server. ``--teams-header H``
     reads them per request from header H, comma-separated, as a proxy in front of the app sets it
-    (oauth2-proxy's ``X-Forwarded-Groups``); a request without the header sees no team at all.
+    (oauth2-proxy's ``X-Forwarded-Groups``); a request without the header sees no team at all, and
+    so does every request when the header's name is empty (never the whole fleet).
     """
     args = _args(argv)
-    if args.teams_header:
-        value = (headers or {}).get(args.teams_header) or ""
+    if args.teams_header is not None:
+        value = (headers or {}).get(args.teams_header) or "" if args.teams_header.strip() else ""
         return tuple(sorted({t.strip() for t in value.split(",") if t.strip()}))
     fixed = args.team or [t for t in os.environ.get(TEAMS_ENV, "").split(",") if t.strip()]
     return tuple(sorted({t.strip() for t in fixed})) if fixed else None

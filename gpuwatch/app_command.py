@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
 from gpuwatch import units
 
+_HEADER = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP header name (RFC 9110 token)
 # app/ sits at the repository root in a checkout; a wheel may carry it as gpuwatch/_app.
 _HERE = Path(__file__).resolve().parent
 APP_SCRIPT = next((p for p in (_HERE / "_app" / "streamlit_app.py", _HERE.parent / "app" / "streamlit_app.py")
@@ -45,18 +47,22 @@ def command(args: argparse.Namespace, *, script: Path = APP_SCRIPT, python: str 
         "--client.toolbarMode", "viewer",
         "--", "--db", os.path.abspath(args.db),
         *[f"--team={team}" for team in getattr(args, "team", None) or ()],
-        *([f"--teams-header={args.teams_header}"] if getattr(args, "teams_header", None) else []),
+        *([f"--teams-header={args.teams_header}"] if getattr(args, "teams_header", None) is not None else []),
     ]
 
 
 def _check_team_flags(args: argparse.Namespace) -> None:
-    """A team header is only trustworthy when nothing but the proxy beside the app can reach it."""
-    if args.team and args.teams_header:
+    """A team header is only trustworthy when nothing but the proxy beside the app can reach it; a
+    header flag given empty is an error, never "no team scoping" (the whole fleet)."""
+    if args.teams_header is not None and not _HEADER.fullmatch(args.teams_header):
+        raise units.UsageError(f"--teams-header: {args.teams_header!r} is not an HTTP header name "
+                               "(e.g. X-Forwarded-Groups)")
+    if args.team and args.teams_header is not None:
         raise units.UsageError("--team and --teams-header: pick one way to scope the app to teams")
     if any(not t.strip() or "," in t for t in args.team):
         raise units.UsageError(f"--team {next(t for t in args.team if not t.strip() or ',' in t)!r}: "
                                "one team name per flag")
-    if args.teams_header and args.address not in ("127.0.0.1", "::1", "localhost"):
+    if args.teams_header is not None and args.address not in ("127.0.0.1", "::1", "localhost"):
         raise units.UsageError(f"--teams-header needs --address 127.0.0.1 (got {args.address!r}): a header is "
                                "only trusted when only the proxy in front of the app can reach it")
 

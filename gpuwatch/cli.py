@@ -53,12 +53,17 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(_PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
     module = importlib.import_module(COMMANDS[args.command][0])
     db = getattr(args, "db", None)
     existed = not isinstance(db, str) or os.path.exists(db)
     code = 1
     _tolerate_closed_stdout()
+    streams = sys.stdout, sys.stderr
+    # names from data (pods, models, nodes) reach the terminal with their control characters escaped
+    sys.stdout, sys.stderr = _Printable(streams[0]), _Printable(streams[1])
     try:
         code = int(module.run(args) or 0)
     except units.UsageError as exc:  # a flag or key the user gave: usage error, one line
@@ -69,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpuwatch {args.command}: interrupted", file=sys.stderr)
         code = 130
     finally:
+        sys.stdout, sys.stderr = streams
         if code != 0 and not existed:  # a failed command leaves no empty store it created
             importlib.import_module("gpuwatch.store.files").discard_if_empty(db, existed=False)
     return code
@@ -126,6 +132,24 @@ class _ClosedStdout:
 def _tolerate_closed_stdout() -> None:
     if not isinstance(sys.stdout, _ClosedStdout) and sys.stdout is sys.__stdout__ and sys.stdout is not None:
         sys.stdout = _ClosedStdout(sys.stdout)
+
+
+class _Printable:
+    """A text stream writing through to ``stream`` with terminal control characters escaped."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(units.printable(text))
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+class _PrintableFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return units.printable(super().format(record))
 
 
 def _fail(command: str, exc: BaseException, *, code: int) -> int:

@@ -44,8 +44,21 @@ def parse_label_key(text: str, *, what: str, example: str = "team or example.com
 
 
 def one_line(exc: BaseException) -> str:
-    """An error as the one line the CLI prints (whitespace folded; the type's name when it says nothing)."""
-    return " ".join(str(exc).split()) or type(exc).__name__
+    """An error as the one line the CLI prints (whitespace folded, control characters escaped: the
+    type's name when it says nothing)."""
+    return printable(" ".join(str(exc).split())) or type(exc).__name__
+
+
+# Characters that move a terminal's cursor, recolour it or reorder text (C0 but newline and tab, DEL,
+# C1 including CSI, Unicode's bidirectional overrides and isolates): escaped wherever names from data
+# reach a terminal, so a pod called "\x1b[2J..." shows as that text instead of clearing the screen.
+_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)] if chr(c) not in "\n\t"} | {
+    c: f"\\u{c:04x}" for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]}
+
+
+def printable(text: str) -> str:
+    """``text`` with every terminal control character written as its escape (``\\x1b``), newlines and tabs kept."""
+    return text.translate(_CONTROLS)
 
 
 def parse_cluster(text: str, *, what: str = "--cluster") -> str:

@@ -24,8 +24,9 @@ frames = {name: ui.analysis(ctx, name) for name in
 mismatch = ui.for_teams(ctx, frames["mig_mismatch"])
 if ctx.teams:  # a GPU with events counts for a team when one of its pods is the team's
     unhealthy = frames["unhealthy_gpu"]
-    frames["unhealthy_gpu"] = unhealthy[unhealthy["teams"].fillna("").apply(
-        lambda teams: bool(set(teams.split(",")) & set(ctx.teams)))]
+    # a boolean mask even when there are no rows (an empty object Series would select columns)
+    mine = unhealthy["teams"].fillna("").map(lambda teams: bool(set(teams.split(",")) & set(ctx.teams)))
+    frames["unhealthy_gpu"] = unhealthy[mine.astype(bool)]
 
 cols = st.columns(5)
 hardware = frames["unhealthy_gpu"][frames["unhealthy_gpu"]["severity"] == "hardware"]

@@ -32,6 +32,7 @@ from gpuwatch.units import UsageError
 
 TYPES = ("gauge", "counter", "label")
 LABEL_FIELD_IDS = {1: "DCGM_FI_DRIVER_VERSION"}
+MAX_CHARS = 1 << 20  # a counters file is a few KB; more is not one (a device, a log given by mistake)
 _OWN_FIELDS = "gpuwatch_dcgm_fields"  # gpuwatch_fields()' module name  # the DCGM fields gpuwatch serves as labels
 _NUMBER = re.compile(r"\d+")
 
@@ -53,11 +54,15 @@ def read_counters(path: str, dcgm_fields: ModuleType) -> tuple[Counter, ...]:
     file when it cannot be read or lists nothing."""
     try:
         with open(path, encoding="utf-8-sig") as f:
-            lines = f.read().splitlines()
+            text = f.read(MAX_CHARS + 1)  # /dev/zero, a log file given by mistake: never read whole
     except OSError as exc:
         raise UsageError(f"{path}: cannot read the counters file: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise UsageError(f"{path}: the counters file is not UTF-8 text") from None
+    if len(text) > MAX_CHARS or "\0" in text:
+        raise UsageError(f"{path}: not a counters file ({'NUL bytes' if chr(0) in text else 'over 1 MiB'}; "
+                         "dcgm-exporter's is a few KB of CSV: NAME, TYPE, HELP)")
+    lines = text.splitlines()
     out: list[Counter] = []
     for number, text in enumerate(lines, 1):
         if text.strip() and not text.lstrip().startswith("#"):

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     units.parse_listen(args.listen, what="--listen")
     collector = DerivedCollector(lambda: store.connect(args.db, read_only=True), window=window, ttl=args.ttl)
     server = serve(collector, args.listen)
-    log.info("serving derived metrics from %s on :%d/metrics (window %s)", args.db, server.port, args.window)
+    log.info("serving derived metrics from %s on :%s/metrics (window %s)", args.db, server.port, args.window)
     try:
         threading.Event().wait()
     except KeyboardInterrupt:

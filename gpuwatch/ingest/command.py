@@ -68,6 +68,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="repeat --since-last every --every until SIGTERM/SIGINT (exit 0); a failed cycle is "
                              "reported and the next one runs")
     parser.add_argument("--every", metavar="DURATION", help="--follow: pause between cycles (default: 5m)")
+    parser.add_argument("--deadline", metavar="DURATION",
+                        help="Prometheus: give up a read (a --follow cycle) that takes longer, with a one-line error "
+                             "and nothing loaded (default: 1h with --follow, else none; each request gives up "
+                             "after 2m whatever the server sends)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -80,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     if args.new_node and args.node is None:
         raise units.UsageError("--new-node: only with --node (a saved 'nvidia-smi topo -m' output)")
     resume = check_since_last(args)
+    deadline = check_deadline(args)
     if args.cluster and args.link:
         raise units.UsageError("--cluster: not with --link (linked Parquet is read as it lies)")
     if args.source is None and not (args.prices or args.teams):
@@ -93,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     check_files(args.teams, flag="--teams", what="a namespace,team CSV/Parquet")
     if resume is not None:
         return since.run(args.db, args.source, end=flags["end"], step=flags["step"], team_label=flags["team_label"],
-                         cluster=flags["cluster"], prices=args.prices, teams=args.teams, **resume)
+                         cluster=flags["cluster"], prices=args.prices, teams=args.teams, deadline=deadline, **resume)
     con = store.connect(args.db)
     try:
         if args.link:
@@ -103,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
         elif args.source is None:
             counts = store.load(con, {}, source="--prices/--teams", prices=args.prices, teams=args.teams)
         else:
-            counts = ingest(con, args.source, prices=args.prices, teams=args.teams, new_node=args.new_node, **flags)
+            counts = ingest(con, args.source, prices=args.prices, teams=args.teams, new_node=args.new_node,
+                            deadline=deadline, **flags)
         print(f"loaded into {args.db}: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()))
         print_prices(con)
     finally:
@@ -131,6 +137,15 @@ def check_since_last(args: argparse.Namespace) -> dict | None:
     return {"tail": units.parse_duration(args.tail or "10m", what="--tail"),
             "catch_up": units.parse_duration(args.catch_up or "1h", what="--catch-up"),
             "every": units.parse_duration(args.every or "5m", what="--every") if args.follow else None}
+
+
+def check_deadline(args: argparse.Namespace) -> float | None:
+    """--deadline: a duration, only with a Prometheus source; None when not given."""
+    if args.deadline is None:
+        return None
+    if args.source is None or not _is_url(args.source):
+        raise units.UsageError("--deadline: only with a Prometheus source (--from prometheus://host:port)")
+    return units.parse_duration(args.deadline, what="--deadline")
 
 
 def check_files(files: list[str], *, flag: str, what: str) -> None:
@@ -208,22 +223,24 @@ def check_source(source: str) -> None:
 def ingest(con: Any, source: str, *, start: datetime | None = None, end: datetime | None = None, step: float = 60.0,
            at: datetime | None = None, now: datetime | None = None, prices: list[str] = (), teams: list[str] = (),
            team_label: str = "team", cluster: str | None = None, node: str | None = None,
-           new_node: bool = False) -> dict[str, int]:
+           new_node: bool = False, deadline: float | None = None) -> dict[str, int]:
     """Load ``source`` (bundle dir, prometheus:// URL, .prom file, or with ``node`` a saved
-    ``nvidia-smi topo -m``); returns rows per table."""
+    ``nvidia-smi topo -m``); returns rows per table. ``deadline``: the most a Prometheus read may take."""
     if node is not None:
         return ingest_topo(con, Path(source), node=node, prices=prices, teams=teams, cluster=cluster,
                            new_node=new_node)
     if _is_url(source):
         end_at = end or (now or datetime.now(UTC)).replace(tzinfo=None)
         start_at = start or end_at - timedelta(days=7)
-        frames = prometheus.fetch(source, start=start_at, end=end_at, step=step, team_label=team_label)
+        frames = prometheus.fetch(source, start=start_at, end=end_at, step=step, team_label=team_label,
+                                  deadline=deadline)
         return store.load(con, frames, source=source, window=(start_at, end_at), prices=prices, teams=teams,
-                          cluster=cluster)
+                          cluster=cluster, refuse_readings=True)
     path = Path(source)
     if path.is_file() and path.suffix in (".prom", ".txt", ".metrics"):
         frames = promfile.read_file(path, at=at)
-        return store.load(con, frames, source=str(path), prices=prices, teams=teams, cluster=cluster)
+        return store.load(con, frames, source=str(path), prices=prices, teams=teams, cluster=cluster,
+                          refuse_readings=True)
     return store.load_bundle(con, path, progress=None, prices=prices, teams=teams, cluster=cluster)
 
 

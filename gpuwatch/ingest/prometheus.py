@@ -17,7 +17,6 @@ e.g. no SM_ACTIVE -> effective utilisation unknown), never a zero.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import threading
@@ -27,8 +26,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
-import numpy as np
-
 from gpuwatch import units
 from gpuwatch.ingest import (
     promframes,
@@ -37,7 +34,11 @@ from gpuwatch.ingest import (
     promframes_queues,
     promframes_status,
     promframes_topology,
+    promhttp,
 )
+from gpuwatch.ingest.promreply import PrometheusError, parse_matrix, parse_reply
+
+__all__ = ["MAX_POINTS", "Client", "PrometheusError", "fetch", "parse_matrix", "parse_reply", "read", "time_chunks"]
 
 MAX_POINTS = 11_000  # Prometheus rejects a query_range that would return more per series
 CONCURRENCY = 4  # range queries in flight at once (Prometheus' own --query.max-concurrency defaults to 20)
@@ -60,13 +61,13 @@ EVENT_NAMES = frozenset(promframes_health.KINDS) | {"gpuwatch_driver_info", prom
 SHARED_REPLICAS = ("kube_node_labels", 'kube_node_status_capacity{resource="nvidia_com_gpu_shared"}')
 
 
-class PrometheusError(units.DataError):
-    """Prometheus could not answer: HTTP failure, ``status: error``, or a malformed reply."""
-
-
 @dataclass
 class Client:
-    """Minimal Prometheus HTTP API client with retries; ``session`` and ``sleep`` are injectable."""
+    """Minimal Prometheus HTTP API client with retries; ``session`` and ``sleep`` are injectable.
+
+    ``timeout``: the most one request may take, connect to last byte (promhttp: a trickling reply
+    is cut); ``deadline``: the most the client's whole read may take, retries included (None: no
+    bound); ``cancel``: cancels every request in flight at once (``ingest --follow`` on SIGTERM)."""
 
     url: str
     session: object = None
@@ -74,53 +75,76 @@ class Client:
     retries: int = 4
     backoff: float = 0.5
     sleep: Callable[[float], None] = time.sleep
+    deadline: float | None = None
+    cancel: promhttp.Cancel = field(default_factory=promhttp.Cancel)
     queries: int = field(default=0, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _until: float = field(default=math.inf, init=False, repr=False)
 
     def __post_init__(self):
-        import requests
-
         self.url = self.url.rstrip("/").replace("prometheus://", "http://", 1)
-        self.session = self.session or requests.Session()
+        self.session = self.session or promhttp.session()
+        self._until = time.monotonic() + self.deadline if self.deadline is not None else math.inf
 
     def get(self, path: str, params: dict):
-        """``data`` of a successful reply to GET ``path``; retries transient failures."""
+        """``data`` of a successful reply to GET ``path``; retries transient failures (5xx, 429,
+        network errors, a request past its ``timeout``) within the read's ``deadline``."""
         import requests
 
+        what = f"{self.url}{path} {params.get('query', '')}".rstrip()
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
+            seconds = min(self.timeout, self._until - time.monotonic())
+            if seconds <= 0:
+                raise PrometheusError(f"{what}: the read's deadline of {self.deadline:g}s passed "
+                                      f"(after {self.queries} queries; raise --deadline, or lower --chunk)")
             try:
-                reply = self.session.get(f"{self.url}{path}", params=params, timeout=self.timeout)
-            except (requests.ConnectionError, requests.Timeout) as exc:
+                status, headers, body = promhttp.get(self.session, f"{self.url}{path}", params, seconds=seconds,
+                                                     cancel=self.cancel)
+            except promhttp.Cancelled:
+                raise PrometheusError(f"{what}: cancelled (stopping)") from None
+            except (requests.ConnectionError, requests.Timeout, TimeoutError) as exc:
                 if last:  # the reason, not the URL-encoded query requests repeats
-                    raise PrometheusError(f"cannot reach Prometheus at {self.url}: {unreachable(exc, self.timeout)} "
+                    raise PrometheusError(f"cannot reach Prometheus at {self.url}: {unreachable(exc, seconds)} "
                                           f"(gave up after {self.retries + 1} attempts; is the server up and "
                                           "the address right?)") from exc
+            except requests.RequestException as exc:  # an invalid URL, a broken chunked reply ...
+                raise PrometheusError(f"{what}: {type(exc).__name__}: {exc}") from exc
             else:
-                if (reply.status_code < 500 and reply.status_code != 429) or last:
+                if 300 <= status < 400:
+                    raise PrometheusError(f"{what}: HTTP {status}, a redirect to {headers.get('Location', '?')!r}: "
+                                          "not followed (give --from the address Prometheus answers on)")
+                if (status < 500 and status != 429) or last:
                     with self._lock:
                         self.queries += 1
-                    return parse_reply(reply.status_code, reply.content, what=f"{self.url}{path} {params.get('query', '')}")
-            self.sleep(self.backoff * 2 ** attempt)
+                    return parse_reply(status, body, what=what)
+            self.sleep(min(self.backoff * 2 ** attempt, max(0.0, self._until - time.monotonic())))
         raise AssertionError("unreachable")
 
     def query_range(self, query: str, start: float, end: float, step: float) -> list:
         data = self.get("/api/v1/query_range", {"query": query, "start": _num(start), "end": _num(end),
                                                 "step": _num(step)})
-        return parse_matrix(data, query=query)
+        return parse_matrix(data, query=query, bounds=(start, end))
 
     def query(self, query: str, at: float) -> list:
         data = self.get("/api/v1/query", {"query": query, "time": _num(at)})
         if isinstance(data, dict) and data.get("resultType") == "vector" and isinstance(data.get("result"), list):
             data = {"resultType": "matrix", "result": [{"metric": r.get("metric", {}), "values": [r.get("value")]}
-                                                       for r in data["result"]]}
-        return parse_matrix(data, query=query)
+                                                       if isinstance(r, dict) else r for r in data["result"]]}
+        return parse_matrix(data, query=query, bounds=(at, at))
 
     def values(self, label: str, *, match: str, start: float, end: float) -> list[str]:
-        return self.get(f"/api/v1/label/{label}/values", {"match[]": match, "start": _num(start), "end": _num(end)})
+        data = self.get(f"/api/v1/label/{label}/values", {"match[]": match, "start": _num(start), "end": _num(end)})
+        if not isinstance(data, list) or not all(isinstance(v, str) for v in data):
+            raise PrometheusError(f"{self.url} label {label} values: expected a list of names, got {str(data)[:200]}")
+        return data
 
     def series(self, match: str, *, start: float, end: float) -> list[dict]:
-        return self.get("/api/v1/series", {"match[]": match, "start": _num(start), "end": _num(end)})
+        data = self.get("/api/v1/series", {"match[]": match, "start": _num(start), "end": _num(end)})
+        if not isinstance(data, list) or not all(isinstance(s, dict) and all(isinstance(v, str) for v in s.values())
+                                                 for s in data):
+            raise PrometheusError(f"{self.url} series {match}: expected a list of label sets, got {str(data)[:200]}")
+        return data
 
 
 def unreachable(exc: BaseException, timeout: float) -> str:
@@ -128,50 +152,21 @@ def unreachable(exc: BaseException, timeout: float) -> str:
     not known ...) or the timeout."""
     import requests
 
-    if isinstance(exc, requests.Timeout):
+    if isinstance(exc, (requests.Timeout, TimeoutError)):
         return f"no reply within {timeout:g} s"
     found = re.findall(r"\[Errno -?\d+\] ([^'\")\]]+)", str(exc))
     return found[-1].strip() if found else type(exc).__name__
 
 
-def parse_reply(status: int, body: bytes, *, what: str):
-    """The ``data`` of a Prometheus API reply; ``PrometheusError`` for anything else."""
-    try:
-        doc = json.loads(body)
-    except ValueError as exc:
-        raise PrometheusError(f"{what}: HTTP {status}, truncated or invalid JSON ({len(body)} bytes): {exc}") from exc
-    if not isinstance(doc, dict) or doc.get("status") not in ("success", "error"):
-        raise PrometheusError(f"{what}: HTTP {status}, not a Prometheus API reply: {body[:200]!r}")
-    if doc["status"] == "error" or status >= 400:
-        hint = " (lower --chunk or nodes_per_query)" if "too many samples" in str(doc.get("error")) else ""
-        raise PrometheusError(f"{what}: HTTP {status}, {doc.get('errorType', 'error')}: {doc.get('error')}{hint}")
-    if "data" not in doc:
-        raise PrometheusError(f"{what}: reply has no 'data'")
-    return doc["data"]
-
-
-def parse_matrix(data, *, query: str = "") -> list[tuple[dict, np.ndarray, np.ndarray]]:
-    """(labels, ts, values) per series of a ``matrix`` reply; NaN/±Inf values kept as NaN."""
-    if not isinstance(data, dict) or data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
-        raise PrometheusError(f"{query}: expected a matrix result, got {str(data)[:200]}")
-    out = []
-    for item in data["result"]:
-        try:
-            points = np.array(item["values"], dtype=object).reshape(-1, 2)
-            ts, values = points[:, 0].astype(float), points[:, 1].astype(float)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise PrometheusError(f"{query}: malformed series {str(item)[:200]}: {exc}") from exc
-        values[~np.isfinite(values)] = np.nan
-        out.append((dict(item.get("metric", {})), ts, values))
-    return out
-
-
 def fetch(url: str, *, start: float | datetime, end: float | datetime, step: float = 60.0,
           chunk: float = 86_400.0, session=None, nodes_per_query: int = NODES_PER_QUERY, team_label: str = "team",
           shared_replicas: float | None = None, progress: Callable[[int, int], None] | None = None,
-          client: Client | None = None, concurrency: int = CONCURRENCY) -> dict:
-    """Bundle frames (devices, samples, pods) for ``[start, end)`` at ``step`` seconds."""
-    client = client or Client(url, session=session)
+          client: Client | None = None, concurrency: int = CONCURRENCY, timeout: float = 120.0,
+          deadline: float | None = None, cancel: promhttp.Cancel | None = None) -> dict:
+    """Bundle frames (devices, samples, pods) for ``[start, end)`` at ``step`` seconds; each request
+    within ``timeout`` seconds, the whole read within ``deadline`` (Client)."""
+    client = client or Client(url, session=session, timeout=timeout, deadline=deadline,
+                              cancel=cancel or promhttp.Cancel())
     start, end = units.epoch_seconds(start), units.epoch_seconds(end)
     grid = time_chunks(start, end, step=step, chunk=chunk)
     if not grid:
@@ -212,11 +207,14 @@ def read(client: Client, grid: list[tuple[float, float]], *, step: float, nodes_
     out = []
     # a few queries in flight: Prometheus evaluates one while the reply of another is parsed here
     # (results are taken in plan order; the first error ends the read)
-    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
+    try:
         for done, series in enumerate(pool.map(ranged, plan), 1):
             out += series
             if progress:
                 progress(done, len(plan))
+    finally:  # after an error, the queries not yet started are not made
+        pool.shutdown(wait=True, cancel_futures=True)
     for expr, name in last:
         out += [promframes.Series(name, labels, ts, v) for labels, ts, v in client.query(expr, hi)]
     targets = {(s.get("namespace"), s["pod"]) for s in client.series("up", start=lo, end=hi) if s.get("pod")}

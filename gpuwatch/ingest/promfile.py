@@ -23,6 +23,9 @@ from gpuwatch.ingest import promframes, promframes_topology
 _HELP_UNIT = re.compile(r"\(in ([^)]+)\)")
 
 
+_YEARS = (946_684_800.0, 4_102_444_800.0)  # 2000-01-01 .. 2100-01-01, epoch seconds
+
+
 class PromFileError(units.DataError, ValueError):
     """A /metrics file that cannot be read faithfully; the message names file and line."""
 
@@ -74,6 +77,10 @@ def to_series(text: str, *, at: float, source: str = "<text>") -> list[promframe
                 raise PromFileError(f"{source}:{line}: duplicate series {sample.name}{sample.labels}")
             seen[key] = 1
             ts = float(sample.timestamp) if sample.timestamp is not None else at
+            if sample.timestamp is not None and not _YEARS[0] <= ts < _YEARS[1]:  # NaN too; epoch milliseconds
+                line = _line_of(text, sample.name, sample.labels, nth=1)
+                raise PromFileError(f"{source}:{line}: timestamp {ts * 1000:.16g} ms is outside 2000-01-01 .. 2100-01-01 "
+                                    "(a page's timestamps are epoch milliseconds)")
             out.append(promframes.Series(name, dict(sample.labels), np.array([ts]), np.array([float(sample.value)])))
     return out
 

@@ -33,6 +33,7 @@ from gpuwatch.ingest import (
     promframes_status,
     promframes_topology,
 )
+from gpuwatch.ingest import series as series_labels
 from gpuwatch.ingest.series import (
     Context,
     Series,
@@ -79,11 +80,15 @@ def build(series: Iterable[Series], ctx: Context | None = None) -> dict:
     devices = promframes_topology.with_topology(devices_frame(series, ctx.notes), series, ctx.notes)
     status = promframes_status.pod_status_frame(series, ctx)
     pods = promframes_status.without_unplaced(promframes_pods.pods_frame(samples, series, ctx, mig_uuids=_mig_uuids(series)), status)
-    unplaced = sum(1 for s in series if (s.name in SAMPLE_FIELDS or s.name in DEVICE_FIELDS)
-                   and _identity_missing(s.labels))
+    gpu_series = [s for s in series if s.name in SAMPLE_FIELDS or s.name in DEVICE_FIELDS]
+    bad_gi = [s for s in gpu_series if series_labels.bad_gi(s.labels)]
+    unplaced = sum(1 for s in gpu_series if _identity_missing(s.labels)) - len(bad_gi)
     if unplaced:
         ctx.notes.append(f"{unplaced} GPU series without a GPU UUID or a hostname/node label were not loaded "
                          "(no device to attach them to)")
+    if bad_gi:
+        ctx.notes.append(f"{len(bad_gi)} GPU series with a GPU_I_ID that is no MIG instance id (e.g. "
+                         f"{series_labels.first(bad_gi[0].labels, 'GPU_I_ID')!r}) were not loaded")
     ctx.notes += _missing_notes({s.name for s in series})
     for note in ctx.notes:
         log.warning(note)
@@ -251,9 +256,10 @@ def _with_parents(rows: dict[tuple, dict]) -> list[dict]:
 
 
 def _fill(row: dict, **values: str | None) -> None:
+    """Fill the row's unknown keys from labels; a number label that is no whole number stays unknown."""
     for key, value in values.items():
         if row.get(key) is None and value is not None:
-            row[key] = int(value) if key != "gpu_model" and key != "mig_profile" else value
+            row[key] = series_labels.whole(value) if key != "gpu_model" and key != "mig_profile" else value
 
 
 def _capacity(row: dict) -> dict:

@@ -54,16 +54,28 @@ def node_of(labels: Mapping[str, str]) -> str:
 
 
 def device_of(labels: Mapping[str, str]) -> tuple | None:
-    """(node, gpu_uuid, mig_gi_id) of a DCGM/gpuwatch series; None without a GPU UUID or without a
-    node (no hostname/node label and no scrape instance): such a series has no device to attach to."""
+    """(node, gpu_uuid, mig_gi_id) of a DCGM/gpuwatch series; None without a GPU UUID, without a
+    node (no hostname/node label and no scrape instance) or with a GPU_I_ID that is no instance id
+    (``bad_gi``): such a series has no device to attach to."""
     uuid = first(labels, "UUID", "uuid", "gpu_uuid")
     node = node_of(labels)
-    if uuid is None or not node:
-        return None
     gi = first(labels, "GPU_I_ID")
-    if gi is not None and not gi.isdigit():
-        raise ValueError(f"GPU_I_ID={gi!r} is not a MIG GPU instance id, on series labelled {dict(labels)}")
+    if uuid is None or not node or bad_gi(labels):
+        return None
     return node, uuid, int(gi) if gi is not None else None
+
+
+def bad_gi(labels: Mapping[str, str]) -> bool:
+    """A ``GPU_I_ID`` that is no MIG GPU instance id (not a small whole number): the series names no device."""
+    gi = first(labels, "GPU_I_ID")
+    return gi is not None and whole(gi) is None
+
+
+def whole(text: str | None, *, limit: int = 2**31 - 1) -> int | None:
+    """A label's whole number (ASCII digits, at most ``limit``), else None."""
+    if text is None or not re.fullmatch(r"[0-9]{1,10}", text) or int(text) > limit:
+        return None
+    return int(text)
 
 
 def workload_of(labels: Mapping[str, str], target_pods: frozenset = frozenset()) -> tuple:

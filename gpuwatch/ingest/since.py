@@ -21,6 +21,7 @@ SIGTERM or SIGINT.
 
 from __future__ import annotations
 
+import functools
 import math
 import signal
 import sys
@@ -31,12 +32,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpuwatch import store, units
-from gpuwatch.ingest import prometheus
+from gpuwatch.ingest import prometheus, promhttp
 from gpuwatch.model import BUNDLE_COLUMNS
 from gpuwatch.store import progress as store_progress
 
 TAIL = 600.0  # default --tail: the part of the stored data each read re-reads, seconds
 EVERY = 300.0  # default --every
+REQUEST_TIMEOUT = 120.0  # one Prometheus request, connect to last byte (a trickling reply is cut)
+CYCLE_DEADLINE = 3600.0  # default --deadline of a --follow cycle's read: a stuck cycle cannot hold the loop
 CONTEXT_STEPS = 3  # read before the tail only for the health events' predecessors; their events are dropped
 FIRST_WINDOW = timedelta(days=7)  # an empty store: a normal first ingest's window
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -78,7 +81,7 @@ def ingest(con: Any, url: str, *, end: datetime, step: float, tail: float = TAIL
         last = prometheus.time_chunks(units.epoch_seconds(read.start), units.epoch_seconds(read.end), step=step, chunk=86_400.0)[-1][1]
         frames = resumed(frames, resume=read.resume, last=datetime.fromtimestamp(last, UTC))
     counts = store.load(con, frames, source=url, window=(read.start, read.end), prices=prices, teams=teams,
-                        cluster=cluster)
+                        cluster=cluster, refuse_readings=True)
     return counts, read
 
 
@@ -117,10 +120,18 @@ def describe(counts: dict[str, int], read: Plan, *, db: str) -> str:
 
 
 def run(db: str, url: str, *, every: float | None = None, end: datetime | None = None,
-        clock: Callable[[], datetime] | None = None, sleep=None, **options) -> int:
+        clock: Callable[[], datetime] | None = None, sleep=None, deadline: float | None = None,
+        timeout: float = REQUEST_TIMEOUT, **options) -> int:
     """``ingest --since-last`` into the store at ``db`` (opened for each cycle and closed after it, so
     readers may open it in between), once, or with ``every`` in a ``follow`` loop; ``clock`` gives
-    each cycle's end when ``end`` is not given (default: now)."""
+    each cycle's end when ``end`` is not given (default: now). Each Prometheus request gives up after
+    ``timeout`` seconds, each read after ``deadline`` (default with ``every``: CYCLE_DEADLINE); a
+    signal that ends the loop cancels the read in flight at once."""
+    cancel = promhttp.Cancel()
+    if every is not None and deadline is None:
+        deadline = CYCLE_DEADLINE
+    options.setdefault("fetch", functools.partial(prometheus.fetch, timeout=timeout, deadline=deadline, cancel=cancel))
+
     def cycle() -> None:
         con = store.connect(db)
         try:
@@ -132,22 +143,33 @@ def run(db: str, url: str, *, every: float | None = None, end: datetime | None =
     if every is None:
         cycle()
         return 0
-    return follow(cycle, every=every, sleep=sleep)
+    return follow(cycle, every=every, sleep=sleep, on_stop=cancel.cancel)
 
 
 def follow(cycle: Callable[[], object], *, every: float, sleep: Callable[[threading.Event, float], object] | None = None,
-           err=None) -> int:
-    """Run ``cycle`` every ``every`` seconds until SIGTERM/SIGINT; 0. A signal during a cycle lets it
-    finish (its load is one transaction either way); a cycle's error is one line on ``err`` and the
-    loop goes on (Prometheus may be back next time). ``sleep(stop, seconds)`` waits, returning early
-    once ``stop`` is set (default: ``stop.wait``)."""
+           err=None, on_stop: Callable[[], object] | None = None) -> int:
+    """Run ``cycle`` every ``every`` seconds until SIGTERM/SIGINT; 0. A signal during a cycle calls
+    ``on_stop`` (run: cancels the Prometheus read in flight, so a slow server cannot hold the exit)
+    and lets a load already under way finish (one transaction either way); a cycle's error is one
+    line on ``err`` and the loop goes on (Prometheus may be back next time). ``sleep(stop, seconds)``
+    waits, returning early once ``stop`` is set (default: ``stop.wait``)."""
     stop, err = threading.Event(), err or sys.stderr
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in SIGNALS}
+
+    def handle(*_) -> None:
+        stop.set()
+        if on_stop is not None:
+            on_stop()
+
+    previous = {s: signal.signal(s, handle) for s in SIGNALS}
     try:
         while not stop.is_set():
             try:
                 cycle()
             except Exception as exc:  # a service loop outlives one failed cycle
+                if stop.is_set():
+                    print(f"gpuwatch ingest: stopped during a cycle, nothing of it loaded: {units.one_line(exc)}",
+                          file=err, flush=True)
+                    break
                 print(f"gpuwatch ingest: cycle failed, next in {every:g}s: {units.one_line(exc)}", file=err, flush=True)
             if not stop.is_set():
                 (sleep or (lambda event, seconds: event.wait(seconds)))(stop, every)

@@ -62,9 +62,11 @@ def parse_window(args: argparse.Namespace, *, now: datetime) -> tuple[datetime, 
     if args.days is not None:
         if args.start or args.end:
             raise units.UsageError("--days: not with --start/--end")
-        if args.days < 1:
-            raise units.UsageError(f"--days: {args.days} is not a number of days (1 or more)")
         today = datetime.combine(now.date(), time())
+        most = (today - datetime(units.EARLIEST_YEAR, 1, 1)).days
+        if not 1 <= args.days <= most:
+            raise units.UsageError(f"--days: {args.days} is not a number of days from 1 to {most:,} "
+                                   f"(back to {units.EARLIEST_YEAR}-01-01)")
         return today - timedelta(days=args.days), today
     start = units.parse_utc(args.start, what="--start") if args.start else None
     end = units.parse_utc(args.end, what="--end") if args.end else None

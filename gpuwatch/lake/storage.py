@@ -127,11 +127,21 @@ def list_parts(lake: Lake, table: str, cluster: str, days: list[date] | None = N
     wanted = None if days is None else set(days)
     for path, size in _listing(lake, prefix, recursive=True):
         key, _, value = path.rsplit("/", 2)[-2].partition("=")
-        if key == "date" and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
-            day = date.fromisoformat(value)
-            if wanted is None or day in wanted:
-                out.setdefault(day, []).append((path, size))
+        day = _day(value) if key == "date" else None
+        if day is not None and (wanted is None or day in wanted):
+            out.setdefault(day, []).append((path, size))
     return dict(sorted(out.items()))
+
+
+def _day(text: str) -> date | None:
+    """``2026-11-09`` as a date; None for anything else (``2026-13-45`` is no partition of this layout,
+    and its objects are strangers, never read)."""
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+        return None
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        return None
 
 
 def _listing(lake: Lake, directory: str, *, recursive: bool) -> list[tuple[str, int]]:

@@ -10,7 +10,7 @@ these expressions is safe; values are never formatted into SQL.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuwatch.model import BUNDLE_COLUMNS, HEALTH_KINDS, POD_PHASES, SCHEDULER_UNITS, SCHEDULERS
 from gpuwatch.store.validate import (
@@ -52,10 +52,15 @@ class Rule:
     bad: str
     raw: str
     message: str  # formatted with {raw!r}
+    reading: bool = False  # a reading out of range (a ratio above its limit), not a broken file
+    refused: bool = False  # plan(refuse_readings=True): the reading is stored as NULL and counted, no error
 
 
-def plan(name: str, types: dict[str, str], *, file: str) -> tuple[list[str], list[Rule]]:
-    """Typed select expressions (aliased as the bundle columns) and the rules for one relation."""
+def plan(name: str, types: dict[str, str], *, file: str, refuse_readings: bool = False) -> tuple[list[str], list[Rule]]:
+    """Typed select expressions (aliased as the bundle columns) and the rules for one relation.
+
+    ``refuse_readings`` (a live source's frames): a reading rule does not refuse the relation; the
+    value it calls bad is selected as NULL, and the rule comes back ``refused`` for ``count_refused``."""
     columns = [c for c in types if c not in (ROW, FILE)]
     check_column_names(name, columns, file=file)
     values, rules = {}, []
@@ -92,6 +97,11 @@ def plan(name: str, types: dict[str, str], *, file: str) -> tuple[list[str], lis
                               text, "{raw} is not one of " + ", ".join(allowed)))
     if name == "pods" and "start_ts" in types and "end_ts" in types:
         rules.append(Rule("end_ts", f"({values['end_ts']}) < ({values['start_ts']})", "NULL", "ends before start_ts"))
+    if refuse_readings:
+        rules = [replace(r, refused=True) if r.reading else r for r in rules]
+        for r in rules:
+            if r.refused:
+                values[r.column] = f"CASE WHEN coalesce({r.bad}, FALSE) THEN NULL ELSE {values[r.column]} END"
     return [f"{v} AS {_quote(c)}" for c, v in values.items()], rules
 
 
@@ -114,7 +124,8 @@ def plan_ts(source: str) -> str:
 
 
 def guard(rules: list[Rule]) -> str:
-    """One WHERE clause: TRUE, or an error at the first row any rule calls bad."""
+    """One WHERE clause: TRUE, or an error at the first row any rule calls bad (refused readings aside)."""
+    rules = [r for r in rules if not r.refused]
     if not rules:
         return "TRUE"
     return f"CASE WHEN {' OR '.join(f'coalesce({r.bad}, FALSE)' for r in rules)} THEN error('{_INVALID}') ELSE TRUE END"
@@ -122,6 +133,7 @@ def guard(rules: list[Rule]) -> str:
 
 def first_bad(con, relation: str, rules: list[Rule], *, params: dict | None = None) -> BundleError | None:
     """The error for the earliest bad row (ties: rule order) in ``relation``, or None when all pass."""
+    rules = [r for r in rules if not r.refused]
     if not rules:
         return None
     key = f"{{'f': {FILE}, 'r': {ROW}}}"
@@ -134,6 +146,24 @@ def first_bad(con, relation: str, rules: list[Rule], *, params: dict | None = No
     where, i, raw = min(hits, key=lambda h: ((h[0]["f"], h[0]["r"]), h[1]))
     rule = rules[i]
     return BundleError(f"{where['f']}: column {rule.column!r}, row {where['r']}: {rule.message.format(raw=_literal(raw))}")
+
+
+def count_refused(con, relation: str, rules: list[Rule], *, values: dict[str, str]) -> list[tuple]:
+    """Per refused rule with hits in ``relation``: (column, readings, largest value, the first such
+    row's ts, node, gpu_uuid); ``values`` are the typed expressions of ts, node and gpu_uuid."""
+    refused = [r for r in rules if r.refused]
+    if not refused:
+        return []
+    first = f"{{'ts': {values['ts']}, 'node': {values['node']}, 'gpu_uuid': {values['gpu_uuid']}}}"
+    parts = [f"count(*) FILTER (WHERE {r.bad}), max({r.raw}) FILTER (WHERE {r.bad}), "
+             f"arg_min({first}, {ROW}) FILTER (WHERE {r.bad})" for r in refused]
+    found = con.execute(f"SELECT {', '.join(parts)} FROM {relation}").fetchall()[0]
+    out = []
+    for i, rule in enumerate(refused):
+        count, largest, where = found[3 * i:3 * i + 3]
+        if count:
+            out.append((rule.column, count, largest, where["ts"], where["node"], where["gpu_uuid"]))
+    return out
 
 
 def is_invalid_row(exc: BaseException) -> bool:
@@ -178,16 +208,18 @@ def _column(name: str, column: str, source: str | None, *, file: str) -> tuple[s
         rules.append(Rule(column, f"(isinf({n}) OR {n} <> round({n})) AND NOT isnan({n})", n, "{raw} is not a whole number"))
     limit = 9.2e18 if target == "BIGINT" else 2147483647.0  # what the column's integer type holds
     rules.append(Rule(column, f"abs({n}) > {limit} AND NOT isnan({n})", n, "{raw} is out of range for this column"))
+    # TRY_CAST: a value out of the type's range is NULL here and named by the rule above, never a
+    # conversion error while the first bad row is looked for
     if source in _NUMERIC[:10]:  # integer columns need no rounding
-        return f"CAST({x} AS {target})", rules
-    return f"CASE WHEN NOT isnan({n}) THEN CAST(round({n}) AS {target}) END", rules
+        return f"TRY_CAST({x} AS {target})", rules
+    return f"CASE WHEN NOT isnan({n}) THEN TRY_CAST(round({n}) AS {target}) END", rules
 
 
 def _ratio_rule(column: str, n: str, limit: float | str) -> Rule:
     # NaN is an unknown reading (staging makes it NULL), not a ratio above 1; DuckDB sorts NaN
     # above every number, so it is excluded by name (after the comparison: only rows above the limit
     # are tested for NaN, as every rule here is evaluated on every row of a load)
-    return Rule(column, f"{n} > {limit} AND NOT isnan({n})", n, RATIO_MESSAGE)
+    return Rule(column, f"{n} > {limit} AND NOT isnan({n})", n, RATIO_MESSAGE, reading=True)
 
 
 def _timestamp(column: str, x: str, source: str) -> tuple[str, list[Rule]]:

@@ -7,11 +7,21 @@ samples at the timestamps the load carries for it (replace_series.sql). Another 
 device's at a timestamp the load lacks, are never touched. The load's cluster decides the cluster
 (``_qualify``) and one GPU UUID is one GPU (store/places.py). Everything happens in one transaction:
 a failed load leaves the store exactly as it was.
+
+Refuse the file or the reading: a bundle file (or a frame loaded as one) whose ratio reading is out of
+range is refused whole, naming file, column and row: its writer chose the units, and one percent in a
+ratio column usually means the whole column is in percent. A live source's frames (``refuse_readings``:
+Prometheus, a scraped /metrics page) have their units decided by gpuwatch's own reader per served name,
+so such a value is one glitchy reading (a GPU_UTIL of 120 %): it alone is stored as NULL (unknown),
+counted per load and column in ``refused_readings`` and logged, and the rest loads; refusing the whole
+read would refuse every later read of the same window too. Structure is never a reading: an unknown
+column, a missing required value, a bad timestamp or count refuses the load for every source.
 """
 
 from __future__ import annotations
 
 import csv
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -25,6 +35,7 @@ from gpuwatch.store.restage import replace_samples, restage_streams, stage_all
 from gpuwatch.store.staged import refresh
 from gpuwatch.store.validate import BundleError, check_bundle_name
 
+log = logging.getLogger(__name__)
 # ``prices=[LIST_PRICES]``: copy the shipped, dated reference list prices into the store.
 LIST_PRICES = "list"
 LIST_PRICES_FILE = Path(__file__).with_name("list_prices.csv")
@@ -55,19 +66,25 @@ KEPT = {"devices": ("numa_node", "nvlink_clique")}
 
 
 def load(con: Any, frames: dict, *, source: str, window: tuple[datetime, datetime] | None = None,
-         prices: Sequence[str | Path] = (), teams: Sequence[str | Path] = (), cluster: str | None = None) -> dict[str, int]:
+         prices: Sequence[str | Path] = (), teams: Sequence[str | Path] = (), cluster: str | None = None,
+         refuse_readings: bool = False) -> dict[str, int]:
     """Check and load ``frames`` (bundle name -> DataFrame) in one transaction; rows per table.
 
     ``window`` is what the reader asked for (Prometheus' query range), recorded in ingest_log.
     ``prices``: price files loaded in the same transaction, after the frames (so they win), and/or
     ``LIST_PRICES`` (the shipped list prices, used only for models with no price of the cluster's).
     ``teams``: namespace -> team files (bundle file ``teams``), loaded the same way. ``cluster``: the
-    cluster these frames come from, for a store holding several (nodes and namespaces become NAME/...)."""
+    cluster these frames come from, for a store holding several (nodes and namespaces become NAME/...).
+    ``refuse_readings`` (a live source: Prometheus, a scraped page): a sample reading out of range (a
+    ratio above its limit) is stored as NULL, counted in ``refused_readings`` and logged, and the
+    rest loads; without it (bundle files, frames as files) such a reading refuses the load (module
+    docstring)."""
     for name in frames:
         check_bundle_name(name, file=f"{source}:{name}")
     parts = {name: ([lambda c, f=frame, label=f"{source}:{name}": _frame_view(c, f, label=label)], f"{source}:{name}")
              for name, frame in frames.items()}
-    return _load(con, parts, source=source, window=window, prices=prices, teams=teams, cluster=cluster)
+    return _load(con, parts, source=source, window=window, prices=prices, teams=teams, cluster=cluster,
+                 refuse_readings=refuse_readings)
 
 
 def load_bundle(con: Any, path: str | Path, *, window: tuple[datetime, datetime] | None = None,
@@ -109,8 +126,10 @@ def link_bundle(con: Any, path: str | Path) -> dict[str, int]:
 
 
 def _load(con: Any, parts: dict[str, tuple[Iterator, str]], *, source: str, window,
-          prices: Sequence[str | Path] = (), teams: Sequence[str | Path] = (), cluster: str | None = None) -> dict[str, int]:
+          prices: Sequence[str | Path] = (), teams: Sequence[str | Path] = (), cluster: str | None = None,
+          refuse_readings: bool = False) -> dict[str, int]:
     counts = dict.fromkeys(BUNDLE_COLUMNS, 0)
+    refused: list[tuple] = [] if refuse_readings else None
     with _transaction(con):
         places.start(con)
         for name, (pieces, file) in sorted(parts.items(), key=lambda item: item[0] != "devices"):  # devices first:
@@ -130,13 +149,13 @@ def _load(con: Any, parts: dict[str, tuple[Iterator, str]], *, source: str, wind
             pieces, file = parts["samples"]
             if cluster is None and not _has_samples(con):
                 # a first load replaces nothing: its checked rows go straight into sample_readings (no copy)
-                counts["samples"] = sum(_insert_part(con, "samples", part, file=file, into="sample_readings")
-                                        for part in pieces)
+                counts["samples"] = sum(_insert_part(con, "samples", part, file=file, into="sample_readings",
+                                                     refused=refused) for part in pieces)
                 places.touched(con, "sample_keys")
                 carried = stage_all(con)
             else:
                 for i, part in enumerate(pieces):
-                    counts["samples"] += _insert_part(con, "samples", part, file=file, append=i > 0)
+                    counts["samples"] += _insert_part(con, "samples", part, file=file, append=i > 0, refused=refused)
                 _qualify(con, "incoming_samples", "samples", cluster, file=file)
                 places.touched(con, "incoming_samples")
                 con.execute(f"ALTER TABLE incoming_samples DROP COLUMN {ROW}")
@@ -145,19 +164,24 @@ def _load(con: Any, parts: dict[str, tuple[Iterator, str]], *, source: str, wind
         else:
             restage_streams(con)
         places.check(con, source=source)
-        _log(con, source=source, window=window, counts=counts)
+        at = _log(con, source=source, window=window, counts=counts)
+        _refused(con, refused or [], at=at, source=source, cluster=cluster)
     return counts
 
 
 def _insert_part(con: Any, name: str, part, *, file: str, append: bool = False, cluster: str | None = None,
-                 into: str | None = None, check=None) -> int:
+                 into: str | None = None, check=None, refused: list | None = None) -> int:
     """Type and check one part of a file in one statement; small tables are upserted by key, samples
     gather in ``incoming_samples`` until every part is checked (``into``: straight into that table).
-    ``check(con, file=...)``: a further check of the typed rows (``incoming``) before they are upserted."""
+    ``check(con, file=...)``: a further check of the typed rows (``incoming``) before they are upserted.
+    ``refused`` (a list: readings are refused, not the part): gains the part's refused readings."""
     import duckdb
 
     view, types = part(con)
-    values, rules = columns.plan(name, types, file=file)
+    values, rules = columns.plan(name, types, file=file, refuse_readings=refused is not None)
+    if refused is not None and any(r.refused for r in rules):
+        typed = {c: v.rsplit(" AS ", 1)[0] for c, v in zip(BUNDLE_COLUMNS[name], values, strict=True)}
+        refused += columns.count_refused(con, view, rules, values=typed)
     row = "" if into else f", {ROW}"
     select = f"SELECT {', '.join(values)}{row} FROM {view} WHERE {columns.guard(rules)}"
     target = into or ("incoming_samples" if name == "samples" else "incoming")
@@ -293,8 +317,26 @@ def _transaction(con: Any):
         raise
 
 
-def _log(con: Any, *, source: str, window, counts: dict[str, int]) -> None:
+def _log(con: Any, *, source: str, window, counts: dict[str, int]) -> datetime:
     lo, hi = window if window is not None else (None, None)
+    at = datetime.now(UTC).replace(tzinfo=None)
     con.execute("INSERT INTO ingest_log VALUES ($at, $source, $lo, $hi, $d, $s, $p, $c)",
-                {"at": datetime.now(UTC).replace(tzinfo=None), "source": source, "lo": lo, "hi": hi,
+                {"at": at, "source": source, "lo": lo, "hi": hi,
                  "d": counts["devices"], "s": counts["samples"], "p": counts["pods"], "c": counts["prices"]})
+    return at
+
+
+def _refused(con: Any, refused: list[tuple], *, at: datetime, source: str, cluster: str | None) -> None:
+    """Record the load's refused readings (one row per column) beside its ingest_log row, and say so."""
+    merged: dict[str, list] = {}
+    for column, count, largest, ts, node, uuid in refused:
+        row = merged.setdefault(column, [0, largest, ts, node, uuid])
+        row[0] += count
+        row[1] = max(row[1], largest)
+    for column, (count, largest, ts, node, uuid) in merged.items():
+        node = f"{cluster}/{node}" if cluster and node and "/" not in node else node
+        con.execute("INSERT INTO refused_readings VALUES ($at, $source, $column, $count, $largest, $ts, $node, $uuid)",
+                    {"at": at, "source": source, "column": column, "count": count, "largest": largest, "ts": ts,
+                     "node": node, "uuid": uuid})
+        log.warning("refused %s %s reading(s) out of range (largest %g; first on %s %s at %s): stored as unknown "
+                    "(NULL), the rest loaded", f"{count:,}", column, largest, node, uuid, ts)

@@ -194,3 +194,17 @@ CREATE TABLE IF NOT EXISTS ingest_log (
     pods BIGINT,
     prices BIGINT
 );
+
+-- Readings a load from a live source refused (store/load.py: a ratio above its limit is stored as NULL,
+-- unknown, and the rest loads): one row per load (its ingest_log loaded_at) and column, with how many,
+-- the largest, and where the first was.
+CREATE TABLE IF NOT EXISTS refused_readings (
+    loaded_at TIMESTAMP,
+    source VARCHAR,
+    column_name VARCHAR,
+    readings BIGINT,
+    largest DOUBLE,
+    first_ts TIMESTAMP,
+    node VARCHAR,
+    gpu_uuid VARCHAR
+);

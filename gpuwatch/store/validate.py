@@ -64,6 +64,7 @@ MIG_SM_ACTIVE_LIMIT = 1.5
 # Upper bounds that no real value reaches: a price or a GPU count above them is a unit slip or a
 # typo (and 1e20 would make cent rounding meaningless). Non-finite values are refused too.
 UPPER_BOUNDS = {("prices", "usd_per_gpu_hour"): 1000.0, ("pods", "gpu_count"): 4096.0,
+                ("pod_status", "gpu_request"): 4096.0,
                 ("pod_status", "unschedulable"): 1.0, ("topology", "nvlinks"): 64.0,
                 ("processes", "in_pod"): 1.0}
 BOUND_MESSAGE = "{raw} is not a plausible value (finite, at most {bound:g})"
