@@ -15,15 +15,15 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpuwatch import analyses, recommendations, store, units
+from gpuwatch import analyses, recommendations, signals, store, units
 from gpuwatch.analyses import chargeback
 from gpuwatch.analyses import params as defaults
-from gpuwatch.findings import FAILURES, TOPOLOGY, csvfile, findings
+from gpuwatch.findings import FAILURES, TOPOLOGY, csvfile, findings, judgement
 from gpuwatch.ingest import command
 
 log = logging.getLogger(__name__)
 OUTPUTS = ("utilization", "idle_hoarding", "false_utilization", "mig_fragmentation", "fragmentation_fgd",
-           "chargeback", *FAILURES, *TOPOLOGY, "recommendations")
+           "chargeback", *FAILURES, *TOPOLOGY, "recommendations", "judgement")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -121,23 +121,26 @@ def data_as_of(last: datetime | None, end: datetime) -> str | None:
 def summary(results: dict, *, start: datetime, end: datetime, hours_per_month: float = units.HOURS_PER_MONTH) -> str:
     """A readable plain-text summary of the headline numbers."""
     lines = [f"gpuwatch analysis {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC"]
+    judged = results.get("judgement")
     charge = results.get("chargeback")
     if charge is not None and len(charge):
-        lines += _chargeback_lines(charge)
+        lines += _chargeback_lines(charge, false_judged=judgement.judged(judged, "false_utilization"))
     idle = results.get("idle_hoarding")
     if idle is not None:
         hoarders = idle[idle["hoarder"].fillna(False).astype(bool)]
         lines.append(f"hoarders: {len(hoarders)} pods, {hoarders['idle_gpu_hours'].sum():,.1f} idle GPU-hours, "
                      f"${hoarders['idle_cost_usd'].sum():,.2f}")
     false = results.get("false_utilization")
-    if false is not None:
+    if false is not None and not judgement.judged(judged, "false_utilization"):
+        lines.append(f"false utilization: {judgement.line(judged, 'false_utilization')}")
+    elif false is not None:
         offenders = false[false["offender"].fillna(False).astype(bool)]
         lines.append(f"false utilization: {len(offenders)} pods, ${offenders['false_util_cost_usd'].sum():,.2f}")
     mig = results.get("mig_fragmentation")
     if mig is not None and "stranded_slices" in mig:
         lines.append(f"MIG: {int(mig['stranded_slices'].sum())} stranded memory slices on {len(mig)} MIG GPUs")
     lines += _failure_lines(results)
-    lines += _topology_lines(results)
+    lines += _topology_lines(results, judged)
     recs = results.get("recommendations")
     if recs is not None and len(recs):
         total = recommendations.totals(recs)
@@ -146,7 +149,25 @@ def summary(results: dict, *, start: datetime, end: datetime, hours_per_month: f
                      f"investigate: ${total['at_stake']:,.2f}/month at stake, not counted; top 5:")
         for _, r in recs.head(5).iterrows():
             lines.append(f"  ${r['monthly_savings_usd']:,.2f}/month - {r['action']} - {r['evidence']}")
-    return "\n".join(lines)
+    return "\n".join(lines + blind_spots(judged))
+
+
+def blind_spots(judged: Any) -> list[str]:
+    """What the window's evidence cannot judge (findings/judgement.py): one line per finding not judged
+    or judged on less evidence, then each missing signal's enabling config once."""
+    if judged is None or not len(judged):
+        return []
+    open_rows = judged[judged["state"] != "judged"]
+    if not len(open_rows):
+        return ["every finding judged: the evidence each needs is in the store"]
+    out = ["not judged / partly judged (unknown is not 0; `gpuwatch doctor` lists every signal per node):"]
+    out += [f"  {r.finding}: {r.state} - {r.reason}" for r in open_rows.itertuples()]
+    missing = dict.fromkeys(n for r in open_rows.itertuples() if r.state != "unverified"
+                            for n in r.missing.split(",") if n)
+    if missing:
+        out.append("to enable:")
+        out += ["  " + line for block in signals.enable(*missing) for line in block.splitlines()]
+    return out
 
 
 def _failure_lines(results: dict) -> list[str]:
@@ -179,9 +200,15 @@ def _failure_lines(results: dict) -> list[str]:
     return out
 
 
-def _topology_lines(results: dict) -> list[str]:
-    """Misplaced/spread jobs and blocked pending pods (docs/architecture.md#topology; penalties are estimates)."""
+def _topology_lines(results: dict, judged: Any = None) -> list[str]:
+    """Misplaced/spread jobs and blocked pending pods (docs/architecture.md#topology; penalties are estimates);
+    a finding its evidence cannot judge says so, never $0.00."""
     out = []
+    placed = results.get("topology_placement")
+    for name, title in (("topology_placement", "placement"), ("blocked_demand", "blocked demand")):
+        if not judgement.judged(judged, name):
+            out.append(f"{title}: {judgement.line(judged, name)}")
+            results = {k: v for k, v in results.items() if k != name}
     placed = results.get("topology_placement")
     if placed is not None and len(placed):
         bad = placed[placed["verdict"].isin(("misplaced", "spread"))]
@@ -203,11 +230,13 @@ def _topology_lines(results: dict) -> list[str]:
     return out
 
 
-def _chargeback_lines(charge: Any) -> list[str]:
-    """The fleet cost, each priced row, then a warning per data problem (unpriced, over-allocated)."""
+def _chargeback_lines(charge: Any, *, false_judged: bool = True) -> list[str]:
+    """The fleet cost, each priced row, then a warning per data problem (unpriced, over-allocated); the
+    false-util column reads "not judged" where that finding is not (never $0.00)."""
     problems = chargeback.warnings(charge)
     lines = [f"fleet cost ${charge['fleet_cost_usd'].iloc[0]:,.2f}" + (" (priced GPUs only)" if problems else "")]
     for _, r in charge[~charge["kind"].isin(chargeback.PROBLEMS)].iterrows():
+        false = f"${r['false_util_usd']:>9,.2f}" if false_judged else "not judged"
         lines.append(f"  {str(r['team'])[:24]:<24} {str(r['namespace'])[:22]:<22} ${r['cost_usd']:>11,.2f}"
-                     f"  idle ${r['idle_usd']:>9,.2f}  false ${r['false_util_usd']:>9,.2f}")
+                     f"  idle ${r['idle_usd']:>9,.2f}  false {false}")
     return lines + [f"warning: {line}" for line in problems]

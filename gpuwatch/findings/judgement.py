@@ -55,7 +55,7 @@ def judge(coverage: Any, needs: dict[str, dict[str, str]], findings: tuple[str, 
         state = max(states, key=STATES.index) if states else "judged"
         rows.append({"finding": finding, "state": state, "judged": state != "not judged",
                      "missing": ",".join(missing), "reason": "; ".join(reasons),
-                     "enable": "\n\n".join(signals.enable(n) for n in missing)})
+                     "enable": "\n".join(signals.enable(*missing))})
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
@@ -103,7 +103,8 @@ def line(judgement: Any, finding: str) -> str | None:
     row = state_of(judgement, finding)
     if row is None or row["state"] == "judged":
         return None
-    enable = " | ".join(signals.SIGNALS[n].enable.replace("\n", " ") for n in row["missing"].split(",") if n)
+    names = [n for n in row["missing"].split(",") if n]
+    enable = " | ".join(" ".join(block.split()) for block in signals.enable(*names)) if names else ""
     return f"{row['state']}: {row['reason']}" + (f"; enable: {enable}" if enable and row["state"] != "unverified" else "")
 
 
