@@ -105,6 +105,10 @@ SIGNALS: dict[str, Signal] = {s.name: s for s in (
 
 
 def enable(*names: str) -> list[str]:
-    """The configs that enable signals ``names``, each (where, config) once, as text blocks "where:\n config"."""
-    seen = dict.fromkeys(item for name in names for item in SIGNALS[name].enable)
-    return [f"{where}:\n" + "\n".join("  " + line for line in text.splitlines()) for where, text in seen]
+    """The configs that enable signals ``names``, as text blocks "where:" then the config lines indented;
+    each config once, configs that go in the same place under one heading."""
+    places: dict[str, list[str]] = {}
+    for where, text in dict.fromkeys(item for name in names for item in SIGNALS[name].enable):
+        places.setdefault(where, []).append(text)
+    return [f"{where}:\n" + "\n".join("  " + line for text in texts for line in text.splitlines())
+            for where, texts in places.items()]

@@ -1,6 +1,6 @@
 -- Signal coverage: per GPU node, which evidence the store holds in the window (gpuwatch/signals.py).
 -- params: $start, $end (timestamps, window [start, end))
--- columns: node, signal, observed, expected, present
+-- columns: node, signal, observed, expected, present, note
 -- One row per (GPU node, per-node signal) and one per cluster-wide signal (node NULL). observed: the
 -- units of evidence found (sample rows with the value, pods with the field, links, priced GPUs ...);
 -- expected: the units it could be found on (sample rows, pods, GPUs). present: observed > 0; NULL where
@@ -91,7 +91,9 @@ cluster AS (
 ),
 final AS (
     SELECT node, signal, CAST(observed AS BIGINT) AS observed, CAST(expected AS BIGINT) AS expected,
-           CASE WHEN observed IS NULL THEN NULL ELSE observed > 0 END AS present
+           CASE WHEN observed IS NULL THEN NULL ELSE observed > 0 END AS present,
+           CASE WHEN observed IS NULL THEN 'no rows: the store keeps events, not whether their series were collected '
+                                           || '(gpuwatch doctor --from prometheus://... checks)' END AS note
     FROM (SELECT * FROM per_node UNION ALL SELECT * FROM cluster)
 )
 SELECT * FROM final ORDER BY node NULLS LAST, signal

@@ -66,8 +66,8 @@ def _signal_state(coverage: Any, name: str, required: bool) -> tuple[str, str]:
     if rows is None or not len(rows):
         return ("not judged" if required else "partly judged"), f"{signal.label}: no data in the window"
     if rows["present"].isna().all():
-        return "unverified", (f"{signal.label}: not recorded in the store (no rows is not proof it was collected; "
-                              "gpuwatch doctor checks Prometheus)")
+        notes = rows["note"].dropna() if "note" in rows else ()
+        return "unverified", f"{signal.label}: " + (notes.iloc[0] if len(notes) else "not known")
     could = rows[rows["expected"].isna() | (rows["expected"] > 0)]
     if not len(could):
         return "judged", ""

@@ -76,6 +76,8 @@ def write(tmp: Path, fleet, window: tuple[float, float]) -> list[Path]:
                                   for p in fleet.pods if len(t := grid[grid >= p.start_ts])]}
     paths = [tmp / "dcgm-exporter.om", tmp / "kube-state-metrics.om"]
     openmetrics.write(paths[0], dcgm)
-    openmetrics.write(paths[1], openmetrics.ksm_families(pods, grid), openmetrics.ksm_status_families(status, grid),
-                      nodes)
+    ksm = openmetrics.ksm_status_families(status, grid)
+    ksm["kube_pod_labels"] = [({k: v for k, v in labels.items() if not k.startswith("label_")}, ts, values)
+                              for labels, ts, values in ksm.get("kube_pod_labels", [])]  # no allow-list
+    openmetrics.write(paths[1], openmetrics.ksm_families(pods, grid), ksm, nodes)
     return paths
