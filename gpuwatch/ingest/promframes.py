@@ -82,7 +82,7 @@ def build(series: Iterable[Series], ctx: Context | None = None) -> dict:
     if unplaced:
         ctx.notes.append(f"{unplaced} GPU series without a GPU UUID or a hostname/node label were not loaded "
                          "(no device to attach them to)")
-    ctx.notes += _missing_notes({s.name for s in series})
+    ctx.notes += _missing_notes({s.name for s in series}) + promframes_pods.ksm_notes(series, pods, ctx)
     for note in ctx.notes:
         log.warning(note)
     samples.attrs["notes"] = list(ctx.notes)
