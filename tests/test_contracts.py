@@ -23,7 +23,7 @@ HEAVY = ("duckdb", "grpc", "pynvml", "prometheus_client", "streamlit", "kubernet
 # the app reads the store and findings, and presents: facts (model, units, topology's link classes) and the
 # report's topology summary (the same tables the weekly report shows), nothing that acts
 APP_ALLOWED = ("gpuwatch.store", "gpuwatch.analyses", "gpuwatch.findings", "gpuwatch.recommendations", "gpuwatch.model",
-               "gpuwatch.units", "gpuwatch.topology", "gpuwatch.report.topology")
+               "gpuwatch.units", "gpuwatch.topology", "gpuwatch.report.topology", "gpuwatch.signals")
 
 
 @pytest.mark.parametrize("name", sorted(cli.COMMANDS))

@@ -12,6 +12,8 @@ ui.window_caption(ctx)
 st.caption("GPU_UTIL only says *a kernel was resident*. A sample is falsely utilized when reported ≥ 50 % "
            "but SM activity < 25 % (spin-waits, NCCL hangs, data starvation). Needs DCGM profiling "
            "fields; pods without them are never flagged (unknown is not guessed).")
+if ui.not_judged(ctx, "false_utilization"):
+    st.stop()  # no SM activity: no pod can be judged; nothing below would mean anything
 frame = ui.for_teams(ctx, ui.analysis(ctx, "false_utilization"))
 offenders_only = st.toggle("Offenders only", value=True, key="false_offenders_only",
                            help="Pods with at least half of their judged time falsely utilized.")
@@ -25,7 +27,8 @@ cols[3].metric("Cost of the gap", ui.money(shown["gap_cost_usd"].sum()),
                help="Cost weighted by (reported − effective) utilization.")
 ranked = shown.sort_values("false_util_cost_usd", ascending=False)
 ui.table(ranked, "false_utilization",
-         empty="No falsely-utilized pods in this window: where GPUs look busy, the SMs are busy too.")
+         empty="No falsely-utilized pods among the pods judged in this window (those with SM activity): where "
+               "their GPUs look busy, the SMs are busy too.")
 
 if not ranked.empty:
     st.subheader("Per-pod time series")

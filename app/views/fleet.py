@@ -56,7 +56,11 @@ cols[3].metric("Effective util (SM)", f"{totals['effective_util']:.1%}" if pd.no
 cols = st.columns(4)
 tile(cols[0], "Idle (all pods)", part(picked, column="idle_usd"), part(before, column="idle_usd"),
      help="Every allocated pod's idle time (chargeback). The Idle page also shows the hoarders' part.")
-tile(cols[1], "False utilization", part(picked, column="false_util_usd"), part(before, column="false_util_usd"))
+if ui.judged(ctx, "false_utilization"):
+    tile(cols[1], "False utilization", part(picked, column="false_util_usd"), part(before, column="false_util_usd"))
+else:  # no SM activity in the window: unknown, never $0.00
+    cols[1].metric("False utilization", "not judged", help="No SM activity (DCGM_FI_PROF_SM_ACTIVE) in this window: "
+                   "false utilization cannot be judged. The Readiness page names the counters line that enables it.")
 if not ctx.teams:
     tile(cols[2], "Unallocated", part(charge, "unallocated"), part(previous, "unallocated"))
     tile(cols[3], "Stranded MIG", part(charge, "stranded"), part(previous, "stranded"))
@@ -66,12 +70,16 @@ if previous is None:
 left, right = st.columns(2)
 with left:
     st.subheader("Top wasting teams")
+    if not ui.judged(ctx, "false_utilization"):  # unknown false-util: idle only, the column left out
+        picked = picked.assign(false_util_usd=0.0)
     waste = (picked.assign(waste_usd=picked["idle_usd"] + picked["false_util_usd"])
              .groupby("team", as_index=False)[["waste_usd", "idle_usd", "false_util_usd"]].sum()
              .nlargest(5, "waste_usd"))
+    if not ui.judged(ctx, "false_utilization"):
+        waste = waste.drop(columns="false_util_usd")
     ui.table(waste, "top_wasting_teams", empty="No team wasted GPU time in this window.",
-             columns={"team": "Team", "waste_usd": "Idle + false-util", "idle_usd": "Idle",
-                      "false_util_usd": "False-util"})
+             columns={"team": "Team", "waste_usd": "Idle + false-util" if "false_util_usd" in waste else "Idle "
+                      "(false-util not judged)", "idle_usd": "Idle", "false_util_usd": "False-util"})
 with right:
     st.subheader("Top actions")
     recs = ui.for_teams(ctx, ui.recommendation_frame(ctx))
