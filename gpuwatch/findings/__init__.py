@@ -18,7 +18,7 @@ from gpuwatch.findings import judgement
 # Every finding, in the order consumers list them; "recommendations" is derived, not a SQL analysis.
 FAILURES = ("mig_mismatch", "driver_drift", "orphaned_memory", "gang_stall", "unhealthy_gpu")
 TOPOLOGY = ("topology_placement", "schedulable_capacity", "blocked_demand")
-ALL = ("utilization", "idle_hoarding", "false_utilization", "mig_fragmentation", "fragmentation_fgd", "chargeback",
+ALL = ("utilization", "idle_hoarding", "false_utilization", "busy_without_work", "mig_fragmentation", "fragmentation_fgd", "chargeback",
        "rightsizing", "prices", *FAILURES, *TOPOLOGY, "recommendations", "judgement")
 # finding -> {keyword: what it takes}. A source is the analysis whose result it is handed, or a signal
 # (gpuwatch/signals.py) it judges with: ``signal:<name>`` = without that evidence the finding is not
@@ -28,6 +28,8 @@ NEEDS: dict[str, dict[str, str]] = {
     "utilization": {"reported": "signal:reported"},
     "idle_hoarding": {"reported": "signal:reported", "effective": "partial:sm_active", "pods": "partial:ksm_pods"},
     "false_utilization": {"reported": "signal:reported", "effective": "signal:sm_active"},
+    # the default counters' partial evidence where SM activity is missing, under its own name
+    "busy_without_work": {"reported": "signal:reported", "tensor": "signal:tensor_active", "dram": "signal:dram_active"},
     "chargeback": {"fragmentation": "mig_fragmentation", "prices": "signal:prices", "teams": "partial:teams"},
     "rightsizing": {"memory": "signal:fb_used", "compute": "signal:sm_active", "prices": "signal:prices"},
     "prices": {"prices": "signal:prices"},

@@ -1,9 +1,10 @@
 """`gpuwatch analyze`: run every analysis over a window; write one CSV each, or print a summary.
 
-Outputs (docs/architecture.md#finding-semantics): utilization, idle_hoarding, false_utilization, mig_fragmentation,
-fragmentation_fgd, chargeback, the failure modes, the topology findings (topology_placement,
+Outputs (docs/architecture.md#finding-semantics): utilization, idle_hoarding, false_utilization, busy_without_work,
+mig_fragmentation, fragmentation_fgd, chargeback, the failure modes, the topology findings (topology_placement,
 schedulable_capacity, blocked_demand; docs/architecture.md#topology) and recommendations. Every threshold in analyses.params.DEFAULTS is a
-flag (``--idle-below 0.05`` ...). ``--input DIR`` / ``--from URL`` ingest first.
+flag (``--idle-below 0.05`` ...). ``--input DIR`` / ``--from URL`` ingest first. ``judgement`` says which
+findings the window's evidence can judge (findings/judgement.py); the summary names every blind spot.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from gpuwatch.findings import FAILURES, TOPOLOGY, csvfile, findings, judgement
 from gpuwatch.ingest import command
 
 log = logging.getLogger(__name__)
-OUTPUTS = ("utilization", "idle_hoarding", "false_utilization", "mig_fragmentation", "fragmentation_fgd",
+OUTPUTS = ("utilization", "idle_hoarding", "false_utilization", "busy_without_work", "mig_fragmentation", "fragmentation_fgd",
            "chargeback", *FAILURES, *TOPOLOGY, "recommendations", "judgement")
 
 
@@ -133,6 +134,7 @@ def summary(results: dict, *, start: datetime, end: datetime, hours_per_month: f
     false = results.get("false_utilization")
     if false is not None and not judgement.judged(judged, "false_utilization"):
         lines.append(f"false utilization: {judgement.line(judged, 'false_utilization')}")
+        lines += _busy_lines(results.get("busy_without_work"), judged)
     elif false is not None:
         offenders = false[false["offender"].fillna(False).astype(bool)]
         lines.append(f"false utilization: {len(offenders)} pods, ${offenders['false_util_cost_usd'].sum():,.2f}")
@@ -168,6 +170,16 @@ def blind_spots(judged: Any) -> list[str]:
         out.append("to enable:")
         out += ["  " + line for block in signals.enable(*missing) for line in block.splitlines()]
     return out
+
+
+def _busy_lines(busy: Any, judged: Any) -> list[str]:
+    """The default counters' partial evidence where false utilization is not judged (its own label)."""
+    if busy is None or not judgement.judged(judged, "busy_without_work"):
+        return []
+    suspects = busy[busy["suspect"].fillna(False).astype(bool)]
+    return [f"busy without tensor/DRAM work (GPU_UTIL high, tensor and DRAM activity near 0; weaker evidence than "
+            f"false utilization, not counted as savings): {len(suspects)} of {len(busy)} pods, "
+            f"{suspects['suspect_gpu_hours'].sum():,.1f} GPU-hours, ${suspects['suspect_cost_usd'].sum():,.2f} at stake"]
 
 
 def _failure_lines(results: dict) -> list[str]:
