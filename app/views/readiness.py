@@ -23,6 +23,9 @@ cols = st.columns(4)
 for col, state in zip(cols, ("not judged", "partly judged", "unverified", "judged"), strict=True):
     col.metric(STATE_ICON[state].split(" ", 1)[1].capitalize(), f"{int((verdict['state'] == state).sum())} findings")
 
+blind = verdict[verdict["state"] == "not judged"]
+for row in blind.itertuples():  # the blind spots in words first: no figure of these findings means anything
+    st.markdown(f"✖ **{row.finding}** is not judged: {row.reason}.")
 st.subheader("Findings")
 shown = verdict.assign(state=verdict["state"].map(STATE_ICON))[["finding", "state", "reason"]]
 order = {s: i for i, s in enumerate(("✖ not judged", "◐ partly judged", "? unverified", "✔ judged"))}
@@ -44,15 +47,48 @@ def cell(row) -> str:
     return "✔ present"
 
 
-st.subheader("Signals per GPU node")
+st.subheader("Signals")
 labels = {name: s.label for name, s in signals.SIGNALS.items()}
 per_node = coverage[coverage["node"].notna()]
-if per_node.empty:
-    st.info("No GPU nodes in the store.")
-else:
-    grid = (per_node.assign(value=per_node.apply(cell, axis=1), signal=per_node["signal"].map(labels))
-            .pivot(index="node", columns="signal", values="value").reset_index())
-    ui.table(grid, "readiness_nodes", empty="No GPU nodes in the store.", columns={"node": "Node"})
+
+
+def across(name: str) -> str:
+    """One per-node signal over the GPU nodes, in words."""
+    rows = per_node[per_node["signal"] == name]
+    states = rows.apply(cell, axis=1) if len(rows) else pd.Series(dtype=str)
+    missing = sorted(rows.loc[states == "✖ missing", "node"])
+    unknown = int((states == "? not recorded").sum())
+    if missing:
+        if len(missing) == len(rows):
+            return f"✖ missing on all {len(rows)} node(s)"
+        return f"✖ missing on {len(missing)} of {len(rows)} node(s): " + ", ".join(missing[:5]) + (
+            " …" if len(missing) > 5 else "")
+    if unknown:
+        return f"? not recorded on {unknown} node(s) (gpuwatch doctor asks Prometheus)"
+    return f"✔ on all {len(rows)} node(s)" if len(rows) else "– no GPU nodes"
+
+
+def blinded(name: str, required: bool) -> str:
+    return ", ".join(f for f in verdict["finding"] if judgement_needs(f).get(name) is required)
+
+
+def judgement_needs(finding: str) -> dict:
+    return ui.judgement_rules.signal_needs(ui.NEEDS, finding)
+
+
+summary = pd.DataFrame([{"signal": labels[name], "state": across(name), "not_judged_without": blinded(name, True),
+                         "less_evidence_without": blinded(name, False)}
+                        for name, s in signals.SIGNALS.items() if s.per_node])
+ui.table(summary, "readiness_signals", empty="No signals.",
+         columns={"signal": "Signal", "state": "On the GPU nodes", "not_judged_without": "Not judged without it",
+                  "less_evidence_without": "Less evidence without it"})
+with st.expander("Per node"):
+    if per_node.empty:
+        st.info("No GPU nodes in the store.")
+    else:
+        grid = (per_node.assign(value=per_node.apply(cell, axis=1), signal=per_node["signal"].map(labels))
+                .pivot(index="signal", columns="node", values="value").reset_index())
+        ui.table(grid, "readiness_nodes", empty="No GPU nodes in the store.", columns={"signal": "Signal"})
 cluster = coverage[coverage["node"].isna()]
 st.subheader("Cluster-wide")
 ui.table(cluster.assign(value=cluster.apply(cell, axis=1), signal=cluster["signal"].map(labels))[["signal", "value"]],
