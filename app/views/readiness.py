@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 import ui
 
-from gpuwatch import signals
+import gpuwatch.signals as signals
 
 ctx = ui.current()
 st.title("Readiness")
