@@ -26,7 +26,6 @@ import gpuwatch.recommendations as recommendations
 import gpuwatch.store as store
 import gpuwatch.units as units
 from gpuwatch.findings import csvfile, findings, observed_hours
-from gpuwatch.findings import NEEDS
 from gpuwatch.findings import judgement as judgement_rules
 
 DB_ENV = "GPUWATCH_DB"

@@ -113,8 +113,8 @@ def test_analyze_says_not_judged_and_never_zero(ingested, truth, tmp_path):
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "false utilization: 0 pods" not in out and "false $" not in out
-    assert f"false utilization: not judged: SM activity (DCGM_FI_PROF_SM_ACTIVE) missing on all 2 GPU node(s); " \
-           f"enable: dcgm-exporter counters file" in out and SM_LINE in out
+    assert "false utilization: not judged: SM activity (DCGM_FI_PROF_SM_ACTIVE) missing on all 2 GPU node(s); " \
+           "enable: dcgm-exporter counters file" in out and SM_LINE in out
     assert "placement: not judged: GPU topology" in out and "blocked demand: not judged: GPU topology" in out
     assert "est. penalty $0.00" not in out
     assert f"busy without tensor/DRAM work (GPU_UTIL high, tensor and DRAM activity near 0; weaker evidence than " \

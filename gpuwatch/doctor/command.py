@@ -104,16 +104,17 @@ def report(coverage: Any, gpus: dict[str, int], *, head: str) -> str:
     """The readiness report: per node (nodes alike grouped), cluster-wide signals, findings, what to enable."""
     lines = [head]
     if not gpus:
-        return "\n".join(lines + [
-            "no complete step yet: no GPU series (dcgm-exporter or gpuwatch's exporter) in this range. Is the "
-            "exporter scraped by this Prometheus, and for long enough? Every finding is not judged until it is."])
+        return "\n".join([*lines,
+                          "no complete step yet: no GPU series (dcgm-exporter or gpuwatch's exporter) in this range. "
+                          "Is the exporter scraped by this Prometheus, and for long enough? Every finding is not "
+                          "judged until it is."])
     pods = coverage[(coverage["signal"] == "ksm_status") & coverage["node"].notna()]
     lines.append(f"{len(gpus)} GPU node(s), {sum(gpus.values())} GPU(s), "
                  f"{int(pods['expected'].fillna(0).sum())} GPU pod(s) seen")
-    lines += ["", "per GPU node:"] + _node_lines(coverage, gpus)
-    lines += ["", "cluster-wide:"] + _cluster_lines(coverage)
+    lines += ["", "per GPU node:", *_node_lines(coverage, gpus)]
+    lines += ["", "cluster-wide:", *_cluster_lines(coverage)]
     verdict = judgement.judge(coverage, NEEDS, ALL)
-    lines += ["", "findings:"] + _finding_lines(verdict)
+    lines += ["", "findings:", *_finding_lines(verdict)]
     missing = [n for n in signals.SIGNALS if _absent_somewhere(coverage, n)]
     if missing:
         lines += ["", "to enable (each config once):"]

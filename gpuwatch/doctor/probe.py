@@ -84,7 +84,7 @@ def coverage(client: prometheus.Client, *, at: float, lookback: str = "1h", team
 def _gpu_pods(client: prometheus.Client, fleet: dict, *, at: float, lookback: str) -> dict[str, set]:
     """node -> (namespace, pod) of its GPU pods: KSM's GPU requests, and pods attributed on GPU series."""
     out: dict[str, set] = {}
-    requests = f'kube_pod_container_resource_requests{{resource=~"nvidia_com_.*"}}'
+    requests = 'kube_pod_container_resource_requests{resource=~"nvidia_com_.*"}'
     for labels in pods(client, requests, at=at, lookback=lookback):
         if labels.get("node") in fleet:
             out.setdefault(labels["node"], set()).add(_pod(labels))
