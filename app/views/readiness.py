@@ -8,6 +8,7 @@ import streamlit as st
 import ui
 
 import gpuwatch.signals as signals
+from gpuwatch.findings import NEEDS, judgement
 
 ctx = ui.current()
 st.title("Readiness")
@@ -73,7 +74,7 @@ def blinded(name: str, required: bool) -> str:
 
 
 def judgement_needs(finding: str) -> dict:
-    return ui.judgement_rules.signal_needs(ui.NEEDS, finding)
+    return judgement.signal_needs(NEEDS, finding)
 
 
 summary = pd.DataFrame([{"signal": labels[name], "state": across(name), "not_judged_without": blinded(name, True),
