@@ -95,6 +95,19 @@ def test_doctor_names_every_blind_spot_per_node_with_its_config(prom):
     assert "  - pods=[team," in out and "--metric-opt-in-list=kube_pod_nodeselectors" in out
 
 
+def test_doctor_on_the_store_gives_the_same_verdicts(ingested):
+    db, _ = ingested
+    done = gpuwatch("doctor", "--db", str(db), "--window", "6h")
+    assert done.returncode == 0, done.stderr
+    assert "NOT JUDGED: false_utilization - SM activity (DCGM_FI_PROF_SM_ACTIVE) missing on all 2 GPU node(s)" in done.stdout
+    assert "GPU prices: present (16 of 16)" in done.stdout and done.stdout.count(SM_LINE) == 1
+    # a store keeps health events, not whether XIDs were collected: said, not guessed either way
+    assert "UNVERIFIED: unhealthy_gpu - GPU health (DCGM_FI_DEV_XID_ERRORS): no rows" in done.stdout
+    nothing = gpuwatch("doctor")
+    assert nothing.returncode == 2 and nothing.stderr == (
+        "gpuwatch doctor: --from prometheus://host:port or --db STORE: required (what to check)\n")
+
+
 def test_ingest_reads_the_operator_labels_and_warns_teams_became_namespaces(ingested):
     from gpuwatch import store
 

@@ -50,6 +50,9 @@ events AS (
 procs AS (
     SELECT node, count(*) AS n FROM stg_processes WHERE ts >= $start AND ts < $end GROUP BY node
 ),
+labelled AS (
+    SELECT node, count(*) AS n FROM stg_nodes GROUP BY node
+),
 per_node AS (
     SELECT g.node, v.signal, v.observed, v.expected
     FROM gpu_nodes g
@@ -60,6 +63,7 @@ per_node AS (
     LEFT JOIN numa m USING (node)
     LEFT JOIN events e USING (node)
     LEFT JOIN procs c USING (node)
+    LEFT JOIN labelled b USING (node)
     CROSS JOIN LATERAL (VALUES
         ('reported', coalesce(s.reported, 0), coalesce(s.n_rows, 0)),
         ('sm_active', coalesce(s.sm_active, 0), coalesce(s.n_rows, 0)),
@@ -72,7 +76,7 @@ per_node AS (
         ('ksm_labels', coalesce(p.ksm_labels, 0), coalesce(p.n_pods, 0)),
         ('ksm_status', coalesce(t.ksm_status, 0), coalesce(p.n_pods, 0)),
         ('ksm_requests', coalesce(t.ksm_requests, 0), coalesce(p.n_pods, 0)),
-        ('ksm_nodes', (SELECT count(*) FROM stg_nodes n WHERE n.node = g.node), 1),
+        ('ksm_nodes', coalesce(b.n, 0), 1),
         ('topology', coalesce(l.links, 0) + coalesce(m.numa, 0), coalesce(m.gpus, 0)),
         ('processes', c.n, NULL)
     ) AS v(signal, observed, expected)

@@ -143,19 +143,26 @@ def _node_lines(coverage: Any, gpus: dict[str, int]) -> list[str]:
         out.append("    present: " + (", ".join(have) or "nothing"))
         for name, text in state:
             if text not in ("present", "nothing to check"):
+                if text == "not known":
+                    out.append(f"    NOT RECORDED: {signals.SIGNALS[name].label} (a store keeps events, not whether "
+                               f"the series exist: --from prometheus://... checks){_blind_text(name)}")
+                    continue
                 word, _, rest = text.partition(" ")
                 out.append(f"    {word.upper()}{' ' + rest if rest else ''}: {signals.SIGNALS[name].label}{_blind_text(name)}")
     return out
 
 
 def _state(row: Any) -> str:
-    if row.present is None or (isinstance(row.present, float) and row.present != row.present):
+    import pandas as pd
+
+    if pd.isna(row.present):
         return "not known"
-    if row.expected is not None and row.expected == row.expected and int(row.expected) == 0:
+    known = not pd.isna(row.expected)
+    if known and int(row.expected) == 0:
         return "nothing to check"
     if not bool(row.present):
         return "missing"
-    if row.expected is not None and row.expected == row.expected and int(row.observed) < int(row.expected):
+    if known and int(row.observed) < int(row.expected):
         return f"partial ({int(row.observed)} of {int(row.expected)})"
     return "present"
 
@@ -170,11 +177,11 @@ def _cluster_lines(coverage: Any) -> list[str]:
     out = []
     for row in coverage[coverage["node"].isna()].sort_values("signal").itertuples():
         label = signals.SIGNALS[row.signal].label
-        if row.present is None or row.present != row.present:
+        text = _state(row)
+        if text == "not known":
             out.append(f"  {label}: not known here (prices live in a store: add --db STORE)")
             continue
-        text = _state(row)
-        counted = f" ({int(row.observed)} of {int(row.expected)})" if text == "present" and row.expected else ""
+        counted = f" ({int(row.observed)} of {int(row.expected)})" if text == "present" else ""
         out.append(f"  {label}: {text}{counted}" + ("" if text == "present" else _blind_text(row.signal)))
     return out
 
