@@ -137,7 +137,9 @@ def summary(results: dict, *, start: datetime, end: datetime, hours_per_month: f
         lines += _busy_lines(results.get("busy_without_work"), judged)
     elif false is not None:
         offenders = false[false["offender"].fillna(False).astype(bool)]
-        lines.append(f"false utilization: {len(offenders)} pods, ${offenders['false_util_cost_usd'].sum():,.2f}")
+        partly = judgement.line(judged, "false_utilization")
+        lines.append(f"false utilization: {len(offenders)} pods, ${offenders['false_util_cost_usd'].sum():,.2f}"
+                     + (f" ({partly.split('; enable:')[0]})" if partly else ""))
     mig = results.get("mig_fragmentation")
     if mig is not None and "stranded_slices" in mig:
         lines.append(f"MIG: {int(mig['stranded_slices'].sum())} stranded memory slices on {len(mig)} MIG GPUs")
