@@ -142,3 +142,21 @@ def test_ingest_warns_when_no_pod_carries_the_team_label():
     assert not any("team label" in n or "kube-state-metrics series" in n for n in notes), notes
     # a cluster without GPU pods is not warned about pods it does not have
     assert not any("kube-state-metrics" in n for n in promframes.build([_dcgm(None)])["samples"].attrs["notes"])
+
+
+def test_without_any_price_no_dollar_figure_reads_zero(bundle, tmp_path):
+    """No price at all (no prices file, no --prices list): chargeback is not judged and every dollar
+    figure of analyze's summary is unknown, never $0.00."""
+    from gpuwatch.findings import command
+    from gpuwatch.store import bundle as bundles
+
+    frames = {name: pd.read_parquet(f) if f.suffix == ".parquet" else pd.read_csv(f)
+              for name, f in bundles.find_files(bundle).items() if name not in ("truth", "prices")}
+    con = store.connect(str(tmp_path / "unpriced.duckdb"))
+    store.load(con, frames, source="test")
+    text = command.summary(command.analyze(con, params(*WINDOW)), start=WINDOW[0], end=WINDOW[1])
+    con.close()
+    head = text.split("\nrecommendations:")[0]  # the recommendations' evidence is in their own words
+    assert "fleet cost: not judged: GPU prices missing; enable: gpuwatch ingest: gpuwatch ingest --prices" in text
+    assert "$0.00" not in head and "$ unknown (no GPU priced)" in head
+    assert "savings $ unknown (no GPU priced)/month" in text

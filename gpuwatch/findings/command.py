@@ -123,36 +123,39 @@ def summary(results: dict, *, start: datetime, end: datetime, hours_per_month: f
     """A readable plain-text summary of the headline numbers."""
     lines = [f"gpuwatch analysis {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC"]
     judged = results.get("judgement")
+    usd = _usd if judgement.judged(judged, "prices") else _unpriced
     charge = results.get("chargeback")
-    if charge is not None and len(charge):
+    if charge is not None and not judgement.judged(judged, "chargeback"):  # no GPU priced: no dollar is known
+        lines.append(f"fleet cost: {judgement.line(judged, 'chargeback')}")
+    elif charge is not None and len(charge):
         lines += _chargeback_lines(charge, false_judged=judgement.judged(judged, "false_utilization"))
     idle = results.get("idle_hoarding")
     if idle is not None:
         hoarders = idle[idle["hoarder"].fillna(False).astype(bool)]
         lines.append(f"hoarders: {len(hoarders)} pods, {hoarders['idle_gpu_hours'].sum():,.1f} idle GPU-hours, "
-                     f"${hoarders['idle_cost_usd'].sum():,.2f}")
+                     f"{usd(hoarders['idle_cost_usd'].sum())}")
     false = results.get("false_utilization")
     if false is not None and not judgement.judged(judged, "false_utilization"):
         lines.append(f"false utilization: {judgement.line(judged, 'false_utilization')}")
-        lines += _busy_lines(results.get("busy_without_work"), judged)
+        lines += _busy_lines(results.get("busy_without_work"), judged, usd)
     elif false is not None:
         offenders = false[false["offender"].fillna(False).astype(bool)]
         partly = judgement.line(judged, "false_utilization")
-        lines.append(f"false utilization: {len(offenders)} pods, ${offenders['false_util_cost_usd'].sum():,.2f}"
+        lines.append(f"false utilization: {len(offenders)} pods, {usd(offenders['false_util_cost_usd'].sum())}"
                      + (f" ({partly.split('; enable:')[0]})" if partly else ""))
     mig = results.get("mig_fragmentation")
     if mig is not None and "stranded_slices" in mig:
         lines.append(f"MIG: {int(mig['stranded_slices'].sum())} stranded memory slices on {len(mig)} MIG GPUs")
-    lines += _failure_lines(results)
-    lines += _topology_lines(results, judged)
+    lines += _failure_lines(results, usd)
+    lines += _topology_lines(results, judged, usd)
     recs = results.get("recommendations")
     if recs is not None and len(recs):
         total = recommendations.totals(recs)
-        lines.append(f"recommendations: {len(recs)}, savings ${total['savings']:,.2f}/month "
+        lines.append(f"recommendations: {len(recs)}, savings {usd(total['savings'])}/month "
                      f"(run-rate of the waste observed in the window, x {hours_per_month:g} h/month); "
-                     f"investigate: ${total['at_stake']:,.2f}/month at stake, not counted; top 5:")
+                     f"investigate: {usd(total['at_stake'])}/month at stake, not counted; top 5:")
         for _, r in recs.head(5).iterrows():
-            lines.append(f"  ${r['monthly_savings_usd']:,.2f}/month - {r['action']} - {r['evidence']}")
+            lines.append(f"  {usd(r['monthly_savings_usd'])}/month - {r['action']} - {r['evidence']}")
     return "\n".join(lines + blind_spots(judged))
 
 
@@ -174,33 +177,42 @@ def blind_spots(judged: Any) -> list[str]:
     return out
 
 
-def _busy_lines(busy: Any, judged: Any) -> list[str]:
+def _usd(value: float) -> str:
+    return f"${value:,.2f}"
+
+
+def _unpriced(_value: float) -> str:
+    """No GPU is priced: every dollar figure is unknown, never $0.00."""
+    return "$ unknown (no GPU priced)"
+
+
+def _busy_lines(busy: Any, judged: Any, usd=_usd) -> list[str]:
     """The default counters' partial evidence where false utilization is not judged (its own label)."""
     if busy is None or not judgement.judged(judged, "busy_without_work"):
         return []
     suspects = busy[busy["suspect"].fillna(False).astype(bool)]
     return [f"busy without tensor/DRAM work (GPU_UTIL high, tensor and DRAM activity near 0; weaker evidence than "
             f"false utilization, not counted as savings): {len(suspects)} of {len(busy)} pods, "
-            f"{suspects['suspect_gpu_hours'].sum():,.1f} GPU-hours, ${suspects['suspect_cost_usd'].sum():,.2f} at stake"]
+            f"{suspects['suspect_gpu_hours'].sum():,.1f} GPU-hours, {usd(suspects['suspect_cost_usd'].sum())} at stake"]
 
 
-def _failure_lines(results: dict) -> list[str]:
+def _failure_lines(results: dict, usd=_usd) -> list[str]:
     """One line per failure-mode finding that found something (Health & fit)."""
     out = []
     sick = results.get("unhealthy_gpu")
     if sick is not None and len(sick):
         held = sick[(sick["severity"] == "hardware") & (sick["pods"].fillna("") != "")]
         out.append(f"unhealthy GPUs: {held['gpu_uuid'].nunique()} with hardware events under pods, "
-                   f"${held.drop_duplicates('gpu_uuid')['allocated_usd_at_risk'].sum():,.2f} allocated cost at risk")
+                   f"{usd(held.drop_duplicates('gpu_uuid')['allocated_usd_at_risk'].sum())} allocated cost at risk")
     fit = results.get("mig_mismatch")
     if fit is not None and len(fit):
         small = fit[fit["cause"] == "gpu_memory"]
-        out.append(f"MIG/GPU too small: {len(small)} pods failing at their memory limit, ${small['usd_burnt'].sum():,.2f} burnt"
+        out.append(f"MIG/GPU too small: {len(small)} pods failing at their memory limit, {usd(small['usd_burnt'].sum())} burnt"
                    f" ({(fit['cause'] == 'host_memory').sum()} more OOMKilled: host memory)")
     orphans = results.get("orphaned_memory")
     if orphans is not None and len(orphans):
         out.append(f"orphaned GPU memory: {len(orphans)} runs on {orphans['gpu_uuid'].nunique()} GPUs, "
-                   f"${orphans['usd_unusable'].sum():,.2f} unusable")
+                   f"{usd(orphans['usd_unusable'].sum())} unusable")
     drift = results.get("driver_drift")
     if drift is not None and len(drift):
         blamed = drift[drift["blamed"].fillna(False).astype(bool)]
@@ -210,11 +222,11 @@ def _failure_lines(results: dict) -> list[str]:
     if gangs is not None and len(gangs):
         stalls = gangs[gangs["kind"] == "partial_allocation"]
         out.append(f"gang stalls: {stalls['job'].nunique()} jobs held idle GPUs waiting for siblings, "
-                   f"${stalls['usd_held_idle'].sum():,.2f}; {(gangs['kind'] == 'straggler').sum()} stragglers")
+                   f"{usd(stalls['usd_held_idle'].sum())}; {(gangs['kind'] == 'straggler').sum()} stragglers")
     return out
 
 
-def _topology_lines(results: dict, judged: Any = None) -> list[str]:
+def _topology_lines(results: dict, judged: Any = None, usd=_usd) -> list[str]:
     """Misplaced/spread jobs and blocked pending pods (docs/architecture.md#topology; penalties are estimates);
     a finding its evidence cannot judge says so, never $0.00."""
     out = []
@@ -228,7 +240,7 @@ def _topology_lines(results: dict, judged: Any = None) -> list[str]:
         bad = placed[placed["verdict"].isin(("misplaced", "spread"))]
         unknown = int((placed["verdict"] == "topology unknown").sum())
         out.append(f"placement: {(bad['verdict'] == 'misplaced').sum()} misplaced, {(bad['verdict'] == 'spread').sum()} "
-                   f"spread of {len(placed)} multi-GPU pods/jobs, est. penalty ${bad['penalty_usd'].sum():,.2f} (estimate)"
+                   f"spread of {len(placed)} multi-GPU pods/jobs, est. penalty {usd(bad['penalty_usd'].sum())} (estimate)"
                    + (f"; {unknown} not judged (topology unknown)" if unknown else ""))
     capacity = results.get("schedulable_capacity")
     if capacity is not None and len(capacity):
@@ -240,7 +252,7 @@ def _topology_lines(results: dict, judged: Any = None) -> list[str]:
     if blocked is not None and len(blocked):
         stuck = blocked[blocked["verdict"] == "blocked"]
         out.append(f"blocked demand: {len(stuck)} pending pods could have run on the free GPUs had they formed a block, "
-                   f"${stuck['opportunity_usd'].sum():,.2f} opportunity cost")
+                   f"{usd(stuck['opportunity_usd'].sum())} opportunity cost")
     return out
 
 
