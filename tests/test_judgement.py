@@ -160,3 +160,25 @@ def test_without_any_price_no_dollar_figure_reads_zero(bundle, tmp_path):
     assert "fleet cost: not judged: GPU prices missing; enable: gpuwatch ingest: gpuwatch ingest --prices" in text
     assert "$0.00" not in head and "$ unknown (no GPU priced)" in head
     assert "savings $ unknown (no GPU priced)/month" in text
+
+
+def test_fleet_page_without_any_price_says_not_judged(bundle, tmp_path, monkeypatch):
+    """The Fleet page on a store with no price: its dollar tiles read "not judged" (it used to show
+    $0.00 tiles, then fail on the teams' waste table), with the flag that enables prices."""
+    from streamlit.testing.v1 import AppTest
+
+    from gpuwatch.store import bundle as bundles
+    from tests.conftest import ROOT
+
+    frames = {name: pd.read_parquet(f) if f.suffix == ".parquet" else pd.read_csv(f)
+              for name, f in bundles.find_files(bundle).items() if name not in ("truth", "prices")}
+    con = store.connect(str(tmp_path / "unpriced.duckdb"))
+    store.load(con, frames, source="test")
+    con.close()
+    monkeypatch.setenv("GPUWATCH_DB", str(tmp_path / "unpriced.duckdb"))
+    at = AppTest.from_file(str(ROOT / "app" / "streamlit_app.py"), default_timeout=120).run()
+    assert not at.exception, [e.value for e in at.exception]
+    tiles = {m.label: m.value for m in at.metric}
+    assert tiles["Fleet cost"] == tiles["Idle (all pods)"] == tiles["Unallocated"] == "not judged", tiles
+    assert any("GPU prices missing" in w.value for w in at.warning)
+    assert any("gpuwatch ingest --prices prices.csv" in c.value for c in at.code)
