@@ -133,7 +133,9 @@ def _node_lines(coverage: Any, gpus: dict[str, int]) -> list[str]:
     groups: dict[tuple, list[str]] = {}
     for node in sorted(gpus):
         rows = per_node[per_node["node"] == node]
-        state = tuple((r.signal, _state(r)) for r in rows.sort_values("signal").itertuples())
+        order = list(signals.SIGNALS)
+        state = tuple((r.signal, _state(r)) for r in rows.sort_values("signal", key=lambda c: c.map(order.index))
+                      .itertuples())
         groups.setdefault(state, []).append(node)
     out = []
     for state, nodes in groups.items():
