@@ -27,8 +27,9 @@ PAGES = (
     ("topology.py", "Topology", ":material/hub:"),
     ("gpu.py", "GPU drill-down", ":material/memory:"),
     ("reclaim_audit.py", "Reclaim audit", ":material/history:"),
+    ("readiness.py", "Readiness", ":material/fact_check:"),
 )
-FLEET_WIDE = ("fleet.py", "mig.py", "gpu.py")  # whole-fleet pages: not part of a team view
+FLEET_WIDE = ("fleet.py", "mig.py", "gpu.py", "readiness.py")  # whole-fleet pages: not part of a team view
 
 
 def main() -> None:

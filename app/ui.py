@@ -28,6 +28,7 @@ import gpuwatch.recommendations as recommendations
 import gpuwatch.store as store
 import gpuwatch.units as units
 from gpuwatch.findings import csvfile, findings, observed_hours
+from gpuwatch.findings import judgement as judgement_rules
 
 DB_ENV = "GPUWATCH_DB"
 TEAMS_ENV = "GPUWATCH_APP_TEAMS"  # comma-separated: the same as --team, for tests and containers
@@ -425,3 +426,30 @@ def window_caption(ctx: Context) -> None:
     teams = f"{len(ctx.teams)} team(s) selected in the sidebar" if ctx.teams else "all teams"
     st.caption(f"Window {ctx.start:%Y-%m-%d %H:%M} → {ctx.end:%Y-%m-%d %H:%M} (UTC, end exclusive) · {teams} · "
                + price_caption(ctx))
+
+
+def judgement(ctx: Context) -> pd.DataFrame:
+    """Which findings the window's evidence can judge (gpuwatch.findings.judgement), cached."""
+    return _findings(ctx, "judgement")
+
+
+def judged(ctx: Context, name: str) -> bool:
+    """False when finding ``name`` is not judged in this window (its figures are unknown, never 0)."""
+    return judgement_rules.judged(judgement(ctx), name)
+
+
+def not_judged(ctx: Context, name: str) -> bool:
+    """Draw finding ``name``'s blind spot, if it has one: "not judged" (with the config that enables the
+    missing signal) or "partly judged"; True when not judged (the page then shows no figures)."""
+    row = judgement_rules.state_of(judgement(ctx), name)
+    if row is None or row["state"] == "judged":
+        return False
+    if row["state"] == "not judged":
+        st.warning(f"**Not judged** in this window: {row['reason']}. Its figures are unknown, not 0. "
+                   "The Readiness page lists every signal per node.")
+    else:
+        st.info(f"**{row['state'].capitalize()}**: {row['reason']}.")
+    if row["enable"] and row["state"] != "unverified":
+        st.caption("To enable:")
+        st.code(row["enable"], language="yaml")
+    return row["state"] == "not judged"

@@ -19,6 +19,8 @@ from gpuwatch import __version__, units
 COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("gpuwatch.exporter.command", "node exporter: serve DCGM-named GPU metrics with pod attribution"),
     "simulate": ("gpuwatch.fleet.command", "write a bundle for a synthetic fleet, with ground truth"),
+    "doctor": ("gpuwatch.doctor.command", "which signals a Prometheus (or store) has per GPU node, what each missing one "
+                                          "blinds, and the config that enables it"),
     "ingest": ("gpuwatch.ingest.command", "load a bundle, a Prometheus server or a saved /metrics file into DuckDB"),
     "analyze": ("gpuwatch.findings.command", "run every analysis over a window; write CSVs or print a table"),
     "export-derived": ("gpuwatch.findings.exporter", "serve the analyzer's findings as Prometheus metrics for alerting"),

@@ -24,7 +24,7 @@ HEAVY = ("duckdb", "grpc", "pynvml", "prometheus_client", "streamlit", "kubernet
 # report's topology summary (the same tables the weekly report shows), nothing that acts
 APP_ALLOWED = ("gpuwatch.store", "gpuwatch.analyses", "gpuwatch.findings", "gpuwatch.recommendations", "gpuwatch.idle_bridge",
                "gpuwatch.model",
-               "gpuwatch.units", "gpuwatch.topology", "gpuwatch.report.topology")
+               "gpuwatch.units", "gpuwatch.topology", "gpuwatch.report.topology", "gpuwatch.signals")
 
 
 @pytest.mark.parametrize("name", sorted(cli.COMMANDS))

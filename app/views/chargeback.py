@@ -29,6 +29,10 @@ fleet_parts = frame[frame["kind"].isin(["unallocated", "stranded"])]
 problems = frame[frame["kind"].isin(ui.CHARGEBACK_PROBLEMS)]
 for line in ui.chargeback_warnings(frame):  # unpriced use is never $0 inside a team: say so
     st.warning(f"Not in the costs below: {line}.")
+if not ui.judged(ctx, "false_utilization"):  # no SM activity: false-util is unknown, never $0 (Readiness page)
+    st.info("False utilization is **not judged** in this window (no SM activity, DCGM_FI_PROF_SM_ACTIVE): the "
+            "false-util column is unknown, and 'productive' includes whatever of it there was.")
+    teams = teams.assign(false_util_usd=float("nan"))
 PARTS = {"productive_usd": "productive", "false_util_usd": "false-util", "idle_usd": "idle",
          "unobserved_usd": "unobserved"}
 COLORS = ["#2e7d32", "#8e24aa", "#f9a825", "#90a4ae"]
@@ -37,7 +41,8 @@ cols = st.columns(5)
 if ctx.scope is None:
     cols[0].metric("Fleet cost", ui.money(frame["fleet_cost_usd"].iloc[0]))
 cols[1].metric("Teams' cost" if not ctx.teams else "Selected teams' cost", ui.money(teams["cost_usd"].sum()))
-cols[2].metric("Idle + false-util", ui.money(teams["idle_usd"].sum() + teams["false_util_usd"].sum()))
+cols[2].metric("Idle + false-util", ui.money(teams["idle_usd"].sum() + teams["false_util_usd"].sum())
+               if teams["false_util_usd"].notna().all() else ui.money(teams["idle_usd"].sum()) + " + unknown")
 if ctx.scope is None:
     for col, kind, label in ((cols[3], "unallocated", "Unallocated"), (cols[4], "stranded", "Stranded MIG")):
         col.metric(label, ui.money(fleet_parts.loc[fleet_parts["kind"] == kind, "cost_usd"].sum()))
@@ -81,7 +86,7 @@ if not teams.empty:
             st.caption(caption)
 key = "group_value" if group_label else grouping
 st.subheader(f"Subtotals by {'pod label ' + group_label if group_label else grouping}")
-subtotals = teams.groupby(key, as_index=False)[["gpu_hours", "cost_usd", *PARTS]].sum().sort_values("cost_usd", ascending=False)
+subtotals = teams.groupby(key, as_index=False)[["gpu_hours", "cost_usd", *PARTS]].sum(min_count=1).sort_values("cost_usd", ascending=False)
 ui.table(subtotals, "chargeback_subtotals", empty="No team allocated a GPU in this window.",
          columns={key: group_label or GROUPS[grouping], "cost_usd": "Cost", "gpu_hours": "GPU-hours",
                   "idle_usd": "Idle", "false_util_usd": "False-util", "productive_usd": "Productive",

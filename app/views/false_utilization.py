@@ -12,6 +12,19 @@ ui.window_caption(ctx)
 st.caption("GPU_UTIL only says *a kernel was resident*. A sample is falsely utilized when reported ≥ 50 % "
            "but SM activity < 25 % (spin-waits, NCCL hangs, data starvation). Needs DCGM profiling "
            "fields; pods without them are never flagged (unknown is not guessed).")
+if ui.not_judged(ctx, "false_utilization"):  # no SM activity: no pod is judged; the partial evidence, under its name
+    st.subheader("Busy without tensor or DRAM work (partial evidence)")
+    st.caption("What dcgm-exporter's default counters can show: GPU_UTIL high while tensor and DRAM activity both "
+               "stay near 0. Weaker than false utilization (an FP32 kernel working from cache uses neither pipe): "
+               "a lead to investigate, never counted as false utilization or as savings.")
+    busy = ui.for_teams(ctx, ui.analysis(ctx, "busy_without_work"))
+    suspects = busy[busy["suspect"].fillna(False).astype(bool)]
+    cols = st.columns(3)
+    cols[0].metric("Suspect pods", f"{len(suspects)} of {len(busy)}")
+    cols[1].metric("Suspect GPU-hours", f"{suspects['suspect_gpu_hours'].sum():,.1f}")
+    cols[2].metric("At stake", ui.money(suspects["suspect_cost_usd"].sum()), help="Investigate; not a saving.")
+    ui.table(suspects, "busy_without_work", empty="No pod looked busy while its tensor and DRAM pipes idled.")
+    st.stop()
 frame = ui.for_teams(ctx, ui.analysis(ctx, "false_utilization"))
 offenders_only = st.toggle("Offenders only", value=True, key="false_offenders_only",
                            help="Pods with at least half of their judged time falsely utilized.")
@@ -25,7 +38,8 @@ cols[3].metric("Cost of the gap", ui.money(shown["gap_cost_usd"].sum()),
                help="Cost weighted by (reported − effective) utilization.")
 ranked = shown.sort_values("false_util_cost_usd", ascending=False)
 ui.table(ranked, "false_utilization",
-         empty="No falsely-utilized pods in this window: where GPUs look busy, the SMs are busy too.")
+         empty="No falsely-utilized pods among the pods judged in this window (those with SM activity): where "
+               "their GPUs look busy, the SMs are busy too.")
 
 if not ranked.empty:
     st.subheader("Per-pod time series")

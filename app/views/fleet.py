@@ -22,6 +22,9 @@ if series.empty:
     st.info("No GPU samples in this window. Widen the time range in the sidebar.")
     st.stop()
 
+priced = ui.judged(ctx, "chargeback")  # no GPU priced: every dollar here is unknown, never $0.00
+if not priced:
+    ui.not_judged(ctx, "chargeback")
 totals = frame[frame["scope"] == "window"].iloc[0]  # the whole window, from the same scan
 charge = ui.chargeback(ctx)  # money from chargeback, so every page agrees to the cent
 previous = ui.previous_chargeback(ctx)  # the same length just before, when the data covers it
@@ -31,6 +34,9 @@ before = None if previous is None else ui.for_teams(ctx, previous[previous["kind
 
 def tile(col, label: str, now: float, then: float | None, *, help: str | None = None) -> None:
     """A dollar tile with its change against the previous period (more waste is red)."""
+    if not priced:
+        col.metric(label, "not judged", help="No GPU is priced: the cost is unknown (see the note above).")
+        return
     delta = None if then is None else f"{now - then:+,.2f} vs previous period"
     col.metric(label, ui.money(now), delta=delta, delta_color="inverse", help=help)
 
@@ -56,7 +62,11 @@ cols[3].metric("Effective util (SM)", f"{totals['effective_util']:.1%}" if pd.no
 cols = st.columns(4)
 tile(cols[0], "Idle (all pods)", part(picked, column="idle_usd"), part(before, column="idle_usd"),
      help="Every allocated pod's idle time (chargeback). The Idle page also shows the hoarders' part.")
-tile(cols[1], "False utilization", part(picked, column="false_util_usd"), part(before, column="false_util_usd"))
+if ui.judged(ctx, "false_utilization"):
+    tile(cols[1], "False utilization", part(picked, column="false_util_usd"), part(before, column="false_util_usd"))
+else:  # no SM activity in the window: unknown, never $0.00
+    cols[1].metric("False utilization", "not judged", help="No SM activity (DCGM_FI_PROF_SM_ACTIVE) in this window: "
+                   "false utilization cannot be judged. The Readiness page names the counters line that enables it.")
 if not ctx.teams:
     tile(cols[2], "Unallocated", part(charge, "unallocated"), part(previous, "unallocated"))
     tile(cols[3], "Stranded MIG", part(charge, "stranded"), part(previous, "stranded"))
@@ -68,13 +78,20 @@ with st.expander("Idle GPUs: from the idle cost above to what giving GPUs back s
 left, right = st.container(), st.container()  # one above the other: the actions are sentences
 with left:
     st.subheader("Top wasting teams")
-    waste = (picked.assign(waste_usd=picked["idle_usd"] + picked["false_util_usd"])
-             .groupby("team", as_index=False)[["waste_usd", "idle_usd", "false_util_usd"]].sum()
-             .astype({"waste_usd": float, "idle_usd": float, "false_util_usd": float})  # no priced team: empty, typed
-             .nlargest(5, "waste_usd"))
-    ui.table(waste, "top_wasting_teams", empty="No team wasted GPU time in this window.",
-             columns={"team": "Team", "waste_usd": "Idle + false-util", "idle_usd": "Idle",
-                      "false_util_usd": "False-util"})
+    if not priced:  # no GPU priced: the teams' waste in dollars is unknown
+        st.info("Not judged: no GPU is priced in this window.")
+    else:
+        if not ui.judged(ctx, "false_utilization"):  # unknown false-util: idle only, the column left out
+            picked = picked.assign(false_util_usd=0.0)
+        waste = (picked.assign(waste_usd=picked["idle_usd"] + picked["false_util_usd"])
+                 .groupby("team", as_index=False)[["waste_usd", "idle_usd", "false_util_usd"]].sum()
+                 .astype({"waste_usd": float, "idle_usd": float, "false_util_usd": float})  # no priced team: empty, typed
+                 .nlargest(5, "waste_usd"))
+        if not ui.judged(ctx, "false_utilization"):
+            waste = waste.drop(columns="false_util_usd")
+        ui.table(waste, "top_wasting_teams", empty="No team wasted GPU time in this window.",
+                 columns={"team": "Team", "waste_usd": "Idle + false-util" if "false_util_usd" in waste else "Idle "
+                          "(false-util not judged)", "idle_usd": "Idle", "false_util_usd": "False-util"})
 with right:
     st.subheader("Top actions")
     recs = ui.for_teams(ctx, ui.recommendation_frame(ctx))
@@ -120,6 +137,9 @@ st.altair_chart(gap + lines, width="stretch", height=280)
 COST = {"busy_cost_usd": "allocated, busy", "idle_cost_usd": "allocated, idle",
         "unallocated_cost_usd": "unallocated", "not_sampled_cost_usd": "not sampled"}
 st.subheader("Cost per day")
+if not priced:
+    st.info("Not judged: no GPU is priced in this window (the note at the top names what enables it).")
+    st.stop()
 st.caption(f"The bars add up to the fleet cost ({ui.money(series['fleet_cost_usd'].sum())}): samples split it into "
            "busy, idle and unallocated; *not sampled* is the rest (scrape gaps, MIG capacity no instance holds).")
 cost = (

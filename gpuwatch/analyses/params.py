@@ -20,6 +20,7 @@ DEFAULTS: dict[str, float] = {
     "false_reported_min": 0.5,         # ratio: reported at or above this ...
     "false_effective_below": 0.25,     # ... while effective (SM active) is below this is false utilization
     "false_offender_share": 0.5,       # a pod with false-util time >= this share of judged time is an offender
+    "quiet_below": 0.05,               # busy_without_work: tensor and DRAM activity both below this (no SM activity)
     "gap_steps": 3.0,                  # an interval longer than this many steps is a gap (unknown time)
     "mem_headroom": 0.2,               # rightsizing: MIG memory must cover peak fb_used_bytes x (1 + this)
     "compute_quantile": 0.95,          # rightsizing: MIG compute must cover this quantile of SM activity
@@ -50,6 +51,8 @@ HELP: dict[str, str] = {
     "false_reported_min": "reported utilization (0-1) at or above which a sample may be false",
     "false_effective_below": "SM activity (0-1) below which a busy-looking sample is false",
     "false_offender_share": "share of judged time in false utilization that flags a pod",
+    "quiet_below": "tensor and DRAM activity (0-1) both below which a busy-looking sample without SM activity is "
+                   "suspect (busy_without_work)",
     "gap_steps": "steps without a sample that count as a gap (unknown time)",
     "mem_headroom": "memory headroom over a pod's peak for rightsizing (0.2 = 20%%)",
     "compute_quantile": "quantile of SM activity a right-sized MIG profile must cover",
@@ -83,7 +86,7 @@ def label_key(text: str, *, what: str) -> str:
 
 # Valid range per threshold (inclusive): ratios and shares in 0-1, durations and counts >= 0.
 RANGES: dict[str, tuple[float, float]] = {
-    **dict.fromkeys(("idle_below", "hoarder_idle_share", "false_reported_min", "false_effective_below",
+    **dict.fromkeys(("idle_below", "hoarder_idle_share", "false_reported_min", "false_effective_below", "quiet_below",
                      "false_offender_share", "compute_quantile", "mismatch_mem_share", "straggler_gap",
                      "placement_comm_share", "placement_numa_penalty"), (0.0, 1.0)),
     **dict.fromkeys(("min_idle_run_seconds", "min_observed_seconds", "mem_headroom", "orphan_gpu_baseline_bytes",

@@ -13,20 +13,41 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from gpuwatch import analyses, recommendations, recommendations_failures, recommendations_topology
+from gpuwatch.findings import judgement
 
 # Every finding, in the order consumers list them; "recommendations" is derived, not a SQL analysis.
 FAILURES = ("mig_mismatch", "driver_drift", "orphaned_memory", "gang_stall", "unhealthy_gpu")
 TOPOLOGY = ("topology_placement", "schedulable_capacity", "blocked_demand")
-ALL = ("utilization", "idle_hoarding", "false_utilization", "mig_fragmentation", "fragmentation_fgd", "chargeback",
-       "rightsizing", "prices", *FAILURES, *TOPOLOGY, "recommendations")
-# analysis -> {keyword it takes: the analysis whose result it needs}
+ALL = ("utilization", "idle_hoarding", "false_utilization", "busy_without_work", "mig_fragmentation", "fragmentation_fgd", "chargeback",
+       "rightsizing", "prices", *FAILURES, *TOPOLOGY, "recommendations", "judgement")
+# finding -> {keyword: what it takes}. A source is the analysis whose result it is handed, or a signal
+# (gpuwatch/signals.py) it judges with: ``signal:<name>`` = without that evidence the finding is not
+# judged (never "none found"); ``partial:<name>`` = without it the finding is judged on less evidence
+# and says so. ``judgement`` derives each finding's state from the store's coverage of every signal.
 NEEDS: dict[str, dict[str, str]] = {
-    "chargeback": {"fragmentation": "mig_fragmentation"},
+    "utilization": {"reported": "signal:reported"},
+    "idle_hoarding": {"reported": "signal:reported", "effective": "partial:sm_active", "pods": "partial:ksm_pods"},
+    "false_utilization": {"reported": "signal:reported", "effective": "signal:sm_active"},
+    # the default counters' partial evidence where SM activity is missing, under its own name
+    "busy_without_work": {"reported": "signal:reported", "tensor": "signal:tensor_active", "dram": "signal:dram_active"},
+    "chargeback": {"fragmentation": "mig_fragmentation", "prices": "signal:prices", "teams": "partial:teams"},
+    "rightsizing": {"memory": "signal:fb_used", "compute": "signal:sm_active", "prices": "signal:prices"},
+    "prices": {"prices": "signal:prices"},
+    "mig_mismatch": {"status": "signal:ksm_status", "memory": "partial:fb_used"},
+    "driver_drift": {"status": "signal:ksm_status", "pool": "partial:ksm_nodes"},
+    "orphaned_memory": {"processes": "signal:processes"},
+    "gang_stall": {"status": "signal:ksm_status", "requests": "signal:ksm_requests", "gang": "partial:ksm_labels"},
+    "unhealthy_gpu": {"health": "signal:health"},
+    "topology_placement": {"topology": "signal:topology", "traffic": "partial:nvlink"},
+    "schedulable_capacity": {"topology": "partial:topology"},
+    "blocked_demand": {"pending": "signal:pending", "requests": "signal:ksm_requests", "topology": "signal:topology"},
     "recommendations": {"idle": "idle_hoarding", "false_util": "false_utilization", "rightsizing": "rightsizing",
                         "mig": "mig_fragmentation", "prices": "prices", "chargeback": "chargeback",
                         "coverage": "data_coverage", **{name: name for name in FAILURES},
                         "topology_placement": "topology_placement", "blocked_demand": "blocked_demand"},
+    "judgement": {"coverage": "signal_coverage"},
 }
+SIGNAL, PARTIAL = "signal:", "partial:"
 Runner = Callable[..., Any]
 
 
@@ -39,9 +60,11 @@ def findings(con: Any, params: dict[str, Any], *, only: Iterable[str] | None = N
     result is None runs without it (chargeback then searches placements itself)."""
     results: dict[str, Any] = {}
     for name in order(only or ALL):
-        needed = {keyword: results.get(source) for keyword, source in NEEDS.get(name, {}).items()}
+        needed = {keyword: results.get(source) for keyword, source in inputs(name).items()}
         if name == "recommendations":
             results[name] = _recommend(params, **needed)
+        elif name == "judgement":
+            results[name] = judgement.judge(needed["coverage"], NEEDS, ALL)
         else:
             results[name] = run(con, name, **params, **{k: v for k, v in needed.items() if v is not None})
     return results
@@ -52,13 +75,18 @@ def order(names: Iterable[str]) -> list[str]:
     out: list[str] = []
 
     def visit(name: str) -> None:
-        for source in NEEDS.get(name, {}).values():
+        for source in inputs(name).values():
             visit(source)
         if name not in out:
             out.append(name)
     for name in sorted(set(names), key=lambda n: ALL.index(n) if n in ALL else len(ALL)):
         visit(name)
     return out
+
+
+def inputs(name: str) -> dict[str, str]:
+    """keyword -> the analysis whose result ``name`` is handed (its NEEDS less the signals)."""
+    return {k: v for k, v in NEEDS.get(name, {}).items() if not v.startswith((SIGNAL, PARTIAL))}
 
 
 def observed_hours(coverage: Any, start: Any, end: Any) -> float | None:

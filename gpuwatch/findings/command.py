@@ -1,9 +1,10 @@
 """`gpuwatch analyze`: run every analysis over a window; write one CSV each, or print a summary.
 
-Outputs (docs/architecture.md#finding-semantics): utilization, idle_hoarding, false_utilization, mig_fragmentation,
-fragmentation_fgd, chargeback, the failure modes, the topology findings (topology_placement,
+Outputs (docs/architecture.md#finding-semantics): utilization, idle_hoarding, false_utilization, busy_without_work,
+mig_fragmentation, fragmentation_fgd, chargeback, the failure modes, the topology findings (topology_placement,
 schedulable_capacity, blocked_demand; docs/architecture.md#topology) and recommendations. Every threshold in analyses.params.DEFAULTS is a
-flag (``--idle-below 0.05`` ...). ``--input DIR`` / ``--from URL`` ingest first.
+flag (``--idle-below 0.05`` ...). ``--input DIR`` / ``--from URL`` ingest first. ``judgement`` says which
+findings the window's evidence can judge (findings/judgement.py); the summary names every blind spot.
 """
 
 from __future__ import annotations
@@ -15,15 +16,15 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpuwatch import analyses, idle_bridge, recommendations, store, units
+from gpuwatch import analyses, idle_bridge, recommendations, signals, store, units
 from gpuwatch.analyses import chargeback
 from gpuwatch.analyses import params as defaults
-from gpuwatch.findings import FAILURES, TOPOLOGY, csvfile, findings
+from gpuwatch.findings import FAILURES, TOPOLOGY, csvfile, findings, judgement
 from gpuwatch.ingest import command
 
 log = logging.getLogger(__name__)
-OUTPUTS = ("utilization", "idle_hoarding", "false_utilization", "mig_fragmentation", "fragmentation_fgd",
-           "chargeback", *FAILURES, *TOPOLOGY, "recommendations")
+OUTPUTS = ("utilization", "idle_hoarding", "false_utilization", "busy_without_work", "mig_fragmentation", "fragmentation_fgd",
+           "chargeback", *FAILURES, *TOPOLOGY, "recommendations", "judgement")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -125,56 +126,105 @@ def data_as_of(last: datetime | None, end: datetime) -> str | None:
 def summary(results: dict, *, start: datetime, end: datetime, hours_per_month: float = units.HOURS_PER_MONTH) -> str:
     """A readable plain-text summary of the headline numbers."""
     lines = [f"gpuwatch analysis {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC"]
+    judged = results.get("judgement")
+    usd = _usd if judgement.judged(judged, "prices") else _unpriced
     charge = results.get("chargeback")
-    unpriced = charge is not None and fleet_unpriced(charge)
-    if charge is not None and len(charge):
-        lines += _chargeback_lines(charge)
+    if charge is not None and not judgement.judged(judged, "chargeback"):  # no GPU priced: no dollar is known
+        lines.append(f"fleet cost: {judgement.line(judged, 'chargeback')}")
+    elif charge is not None and len(charge):
+        lines += _chargeback_lines(charge, false_judged=judgement.judged(judged, "false_utilization"))
     idle = results.get("idle_hoarding")
     if idle is not None:
         hoarders = idle[idle["hoarder"].fillna(False).astype(bool)]
         lines.append(f"hoarders: {len(hoarders)} pods, {hoarders['idle_gpu_hours'].sum():,.1f} idle GPU-hours")
         lines += idle_bridge.bridge(idle, chargeback=charge, hours_per_month=hours_per_month).lines()
     false = results.get("false_utilization")
-    if false is not None:
+    if false is not None and not judgement.judged(judged, "false_utilization"):
+        lines.append(f"false utilization: {judgement.line(judged, 'false_utilization')}")
+        lines += _busy_lines(results.get("busy_without_work"), judged, usd)
+    elif false is not None:
         offenders = false[false["offender"].fillna(False).astype(bool)]
-        lines.append(f"false utilization: {len(offenders)} pods, {_usd(offenders['false_util_cost_usd'], unpriced)}")
+        partly = judgement.line(judged, "false_utilization")
+        lines.append(f"false utilization: {len(offenders)} pods, {usd(offenders['false_util_cost_usd'])}"
+                     + (f" ({partly.split('; enable:')[0]})" if partly else ""))
     mig = results.get("mig_fragmentation")
     if mig is not None and "stranded_slices" in mig:
         lines.append(f"MIG: {int(mig['stranded_slices'].sum())} stranded memory slices on {len(mig)} MIG GPUs")
-    lines += _failure_lines(results)
-    lines += _topology_lines(results)
+    lines += _failure_lines(results, usd)
+    lines += _topology_lines(results, judged, usd)
     recs = results.get("recommendations")
     if recs is not None and len(recs):
         total = recommendations.totals(recs)
-        if unpriced:
-            lines.append(f"recommendations: {len(recs)}, savings unpriced (no GPU has a price); top 5:")
-            lines += [f"  {r['action']} - {r['evidence']}" for _, r in recs.head(5).iterrows()]
-            return "\n".join(lines)
-        lines.append(f"recommendations: {len(recs)}, savings ${total['savings']:,.2f}/month "
+        lines.append(f"recommendations: {len(recs)}, savings {usd(total['savings'])}/month "
                      f"(run-rate of the waste observed in the window, x {hours_per_month:g} h/month); "
-                     f"investigate: ${total['at_stake']:,.2f}/month at stake, not counted; top 5:")
+                     f"investigate: {usd(total['at_stake'])}/month at stake, not counted; top 5:")
         for _, r in recs.head(5).iterrows():
-            lines.append(f"  ${r['monthly_savings_usd']:,.2f}/month - {r['action']} - {r['evidence']}")
-    return "\n".join(lines)
+            lines.append(f"  {usd(r['monthly_savings_usd'])}/month - {r['action']} - {r['evidence']}")
+    return "\n".join(lines + blind_spots(judged))
 
 
-def _failure_lines(results: dict) -> list[str]:
+def blind_spots(judged: Any) -> list[str]:
+    """What the window's evidence cannot judge (findings/judgement.py): one line per finding not judged
+    or judged on less evidence, then each missing signal's enabling config once."""
+    if judged is None or not len(judged):
+        return []
+    open_rows = judged[judged["state"] != "judged"]
+    if not len(open_rows):
+        return ["every finding judged: the evidence each needs is in the store"]
+    out = ["not judged / partly judged (unknown is not 0; `gpuwatch doctor` lists every signal per node):"]
+    out += [f"  {r.finding}: {r.state} - {r.reason}" for r in open_rows.itertuples()]
+    missing = dict.fromkeys(n for r in open_rows.itertuples() if r.state != "unverified"
+                            for n in r.missing.split(",") if n)
+    if missing:
+        out.append("to enable:")
+        out += ["  " + line for block in signals.enable(*missing) for line in block.splitlines()]
+    return out
+
+
+def _usd(value: Any, unpriced: bool = False) -> str:
+    """A dollar figure for the summary: a scalar, or a column whose known values are summed and whose
+    unknown (unpriced) ones are counted; "unpriced" when none is known (never $0.00 for unknown)."""
+    if not hasattr(value, "dropna"):
+        return "unpriced" if unpriced or value != value else f"${value:,.2f}"
+    known = value.dropna()
+    if unpriced or (len(value) and not len(known)):
+        return "unpriced"
+    missing = len(value) - len(known)
+    return f"${known.sum():,.2f}" + (f" (+{missing} unpriced)" if missing else "")
+
+
+def _unpriced(_value: float) -> str:
+    """No GPU is priced: every dollar figure is unknown, never $0.00."""
+    return "$ unknown (no GPU priced)"
+
+
+def _busy_lines(busy: Any, judged: Any, usd=_usd) -> list[str]:
+    """The default counters' partial evidence where false utilization is not judged (its own label)."""
+    if busy is None or not judgement.judged(judged, "busy_without_work"):
+        return []
+    suspects = busy[busy["suspect"].fillna(False).astype(bool)]
+    return [f"busy without tensor/DRAM work (GPU_UTIL high, tensor and DRAM activity near 0; weaker evidence than "
+            f"false utilization, not counted as savings): {len(suspects)} of {len(busy)} pods, "
+            f"{suspects['suspect_gpu_hours'].sum():,.1f} GPU-hours, {usd(suspects['suspect_cost_usd'])} at stake"]
+
+
+def _failure_lines(results: dict, usd=_usd) -> list[str]:
     """One line per failure-mode finding that found something (Health & fit)."""
     out = []
     sick = results.get("unhealthy_gpu")
     if sick is not None and len(sick):
         held = sick[(sick["severity"] == "hardware") & (sick["pods"].fillna("") != "")]
         out.append(f"unhealthy GPUs: {held['gpu_uuid'].nunique()} with hardware events under pods, "
-                   f"${held.drop_duplicates('gpu_uuid')['allocated_usd_at_risk'].sum():,.2f} allocated cost at risk")
+                   f"{usd(held.drop_duplicates('gpu_uuid')['allocated_usd_at_risk'].sum())} allocated cost at risk")
     fit = results.get("mig_mismatch")
     if fit is not None and len(fit):
         small = fit[fit["cause"] == "gpu_memory"]
-        out.append(f"MIG/GPU too small: {len(small)} pods failing at their memory limit, ${small['usd_burnt'].sum():,.2f} burnt"
+        out.append(f"MIG/GPU too small: {len(small)} pods failing at their memory limit, {usd(small['usd_burnt'].sum())} burnt"
                    f" ({(fit['cause'] == 'host_memory').sum()} more OOMKilled: host memory)")
     orphans = results.get("orphaned_memory")
     if orphans is not None and len(orphans):
         out.append(f"orphaned GPU memory: {len(orphans)} runs on {orphans['gpu_uuid'].nunique()} GPUs, "
-                   f"{_usd(orphans['usd_unusable'])} unusable")
+                   f"{usd(orphans['usd_unusable'])} unusable")
     drift = results.get("driver_drift")
     if drift is not None and len(drift):
         blamed = drift[drift["blamed"].fillna(False).astype(bool)]
@@ -184,19 +234,25 @@ def _failure_lines(results: dict) -> list[str]:
     if gangs is not None and len(gangs):
         stalls = gangs[gangs["kind"] == "partial_allocation"]
         out.append(f"gang stalls: {stalls['job'].nunique()} jobs held idle GPUs waiting for siblings, "
-                   f"${stalls['usd_held_idle'].sum():,.2f}; {(gangs['kind'] == 'straggler').sum()} stragglers")
+                   f"{usd(stalls['usd_held_idle'].sum())}; {(gangs['kind'] == 'straggler').sum()} stragglers")
     return out
 
 
-def _topology_lines(results: dict) -> list[str]:
-    """Misplaced/spread jobs and blocked pending pods (docs/architecture.md#topology; penalties are estimates)."""
+def _topology_lines(results: dict, judged: Any = None, usd=_usd) -> list[str]:
+    """Misplaced/spread jobs and blocked pending pods (docs/architecture.md#topology; penalties are estimates);
+    a finding its evidence cannot judge says so, never $0.00."""
     out = []
+    placed = results.get("topology_placement")
+    for name, title in (("topology_placement", "placement"), ("blocked_demand", "blocked demand")):
+        if not judgement.judged(judged, name):
+            out.append(f"{title}: {judgement.line(judged, name)}")
+            results = {k: v for k, v in results.items() if k != name}
     placed = results.get("topology_placement")
     if placed is not None and len(placed):
         bad = placed[placed["verdict"].isin(("misplaced", "spread"))]
         unknown = int((placed["verdict"] == "topology unknown").sum())
         out.append(f"placement: {(bad['verdict'] == 'misplaced').sum()} misplaced, {(bad['verdict'] == 'spread').sum()} "
-                   f"spread of {len(placed)} multi-GPU pods/jobs, est. penalty {_usd(bad['penalty_usd'])} (estimate)"
+                   f"spread of {len(placed)} multi-GPU pods/jobs, est. penalty {usd(bad['penalty_usd'])} (estimate)"
                    + (f"; {unknown} not judged (topology unknown)" if unknown else ""))
     capacity = results.get("schedulable_capacity")
     if capacity is not None and len(capacity):
@@ -208,7 +264,7 @@ def _topology_lines(results: dict) -> list[str]:
     if blocked is not None and len(blocked):
         stuck = blocked[blocked["verdict"] == "blocked"]
         out.append(f"blocked demand: {len(stuck)} pending pods could have run on the free GPUs had they formed a block, "
-                   f"${stuck['opportunity_usd'].sum():,.2f} opportunity cost")
+                   f"{usd(stuck['opportunity_usd'].sum())} opportunity cost")
     return out
 
 
@@ -218,24 +274,16 @@ def fleet_unpriced(charge: Any) -> bool:
     return "unpriced_capacity" in kinds and "team" not in kinds and not charge["fleet_cost_usd"].fillna(0).any()
 
 
-def _usd(values: Any, unpriced: bool = False) -> str:
-    """A dollar sum for the summary: "unpriced" when no value is known (never $0.00 for unknown), else
-    the known values' sum and how many are unpriced."""
-    known = values.dropna()
-    if unpriced or (len(values) and not len(known)):
-        return "unpriced"
-    missing = len(values) - len(known)
-    return f"${known.sum():,.2f}" + (f" (+{missing} unpriced)" if missing else "")
-
-
-def _chargeback_lines(charge: Any) -> list[str]:
-    """The fleet cost, each priced row, then a warning per data problem (unpriced, over-allocated)."""
+def _chargeback_lines(charge: Any, *, false_judged: bool = True) -> list[str]:
+    """The fleet cost, each priced row, then a warning per data problem (unpriced, over-allocated); the
+    false-util column reads "not judged" where that finding is not (never $0.00)."""
     problems = chargeback.warnings(charge)
     if fleet_unpriced(charge):  # unknown is said, never $0.00
         return ["fleet cost unpriced: no GPU in the window has a price (ingest --prices FILE, or --prices list)"] + [
             f"warning: {line}" for line in problems]
     lines = [f"fleet cost ${charge['fleet_cost_usd'].iloc[0]:,.2f}" + (" (priced GPUs only)" if problems else "")]
     for _, r in charge[~charge["kind"].isin(chargeback.PROBLEMS)].iterrows():
+        false = f"${r['false_util_usd']:>9,.2f}" if false_judged else "not judged"
         lines.append(f"  {str(r['team'])[:24]:<24} {str(r['namespace'])[:22]:<22} ${r['cost_usd']:>11,.2f}"
-                     f"  idle ${r['idle_usd']:>9,.2f}  false ${r['false_util_usd']:>9,.2f}")
+                     f"  idle ${r['idle_usd']:>9,.2f}  false {false}")
     return lines + [f"warning: {line}" for line in problems]

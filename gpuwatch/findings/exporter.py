@@ -2,7 +2,9 @@
 
 A per-scrape custom collector on a private registry: each scrape builds fresh families from the
 latest analysis results (idle_hoarding, false_utilization, mig_fragmentation, chargeback, gang_stall
-and mig_mismatch when present), so a pod that stops being a finding disappears instead of lingering. Results are cached
+and mig_mismatch when present), so a pod that stops being a finding disappears instead of lingering.
+``gpuwatch_finding_judged{finding}`` says which findings the store's evidence can judge at all
+(findings/judgement.py): a finding at 0 has no series because it is unknown, never because it is 0. Results are cached
 for ``--ttl`` seconds so scrapes don't rerun the analyses; the store is opened read-only per
 refresh and closed again, so ``gpuwatch ingest`` can write between refreshes. A failing analysis
 (or store) never fails the scrape: it reads ``gpuwatch_derived_up 0`` and
@@ -56,6 +58,10 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
                                           "in the analysis window (cause gpu_memory: the profile is too small; "
                                           "host_memory: OOMKilled by its memory cgroup).",
                                           ("namespace", "pod", "gang", "team", "cause", "recommended_profile")),
+    "gpuwatch_finding_judged": ("gauge", "1 if the store holds the evidence the finding needs (judged, maybe on less "
+                                "evidence), 0 if it is not judged: its series are then absent because unknown, "
+                                "not because nothing was found (gpuwatch doctor names the config that enables it).",
+                                ("finding",)),
     "gpuwatch_derived_analysis_up": ("gauge", "1 if the analysis ran on the last refresh, 0 if it failed.", ("analysis",)),
     "gpuwatch_derived_up": ("gauge", "1 if every analysis ran on the last refresh, 0 otherwise.", ()),
     "gpuwatch_derived_window_seconds": ("gauge", "Length of the analysis window.", ()),
@@ -155,7 +161,7 @@ def compute(con: Any, *, window: timedelta) -> dict:
             frame, ok[name] = None, False
         return frame
 
-    frames = assemble(con, params(start, end), only=present, run=guarded)
+    frames = assemble(con, params(start, end), only=[*present, "judgement"], run=guarded)
     frames = {name: frame for name, frame in frames.items() if frame is not None}
     return _status(ok, window) | findings(frames)
 
@@ -163,6 +169,9 @@ def compute(con: Any, *, window: timedelta) -> dict:
 def findings(frames: dict) -> dict[str, list[tuple[tuple, float]]]:
     """Series per metric from analysis frames (docs/architecture.md#finding-semantics columns); only non-zero findings."""
     out: dict[str, list] = {}
+    judged = frames.get("judgement")
+    if judged is not None:
+        out["gpuwatch_finding_judged"] = [((r.finding,), float(bool(r.judged))) for r in judged.itertuples(index=False)]
     idle, false = frames.get("idle_hoarding"), frames.get("false_utilization")
     if idle is not None:
         out["gpuwatch_idle_gpu_hours"] = _per_pod(idle, "idle_gpu_hours")

@@ -234,6 +234,8 @@ def ingest(con: Any, source: str, *, start: datetime | None = None, end: datetim
         start_at = start or end_at - timedelta(days=7)
         frames = prometheus.fetch(source, start=start_at, end=end_at, step=step, team_label=team_label,
                                   deadline=deadline)
+        if not since.has_gpu_data(frames):
+            raise units.DataError(f"--from {source}: {since.no_complete_step(source, start_at, end_at)}")
         return store.load(con, frames, source=source, window=(start_at, end_at), prices=prices, teams=teams,
                           cluster=cluster, refuse_readings=True)
     path = Path(source)

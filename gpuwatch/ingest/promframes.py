@@ -89,7 +89,7 @@ def build(series: Iterable[Series], ctx: Context | None = None) -> dict:
     if bad_gi:
         ctx.notes.append(f"{len(bad_gi)} GPU series with a GPU_I_ID that is no MIG instance id (e.g. "
                          f"{series_labels.first(bad_gi[0].labels, 'GPU_I_ID')!r}) were not loaded")
-    ctx.notes += _missing_notes({s.name for s in series})
+    ctx.notes += _missing_notes({s.name for s in series}) + promframes_pods.ksm_notes(series, pods, ctx)
     for note in ctx.notes:
         log.warning(note)
     samples.attrs["notes"] = list(ctx.notes)

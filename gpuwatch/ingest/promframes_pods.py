@@ -69,6 +69,25 @@ def pods_frame(samples, series: list, ctx, *, mig_uuids: dict):
     return nones(frame.astype({"gpu_count": float}), *text)
 
 
+def ksm_notes(series: list, pods, ctx) -> list[str]:
+    """Warnings where kube-state-metrics' series are absent while GPU pods exist: without them the teams
+    silently become the namespaces (and pod states, pending pods are unknown)."""
+    if pods is None or not len(pods):
+        return []
+    names = {s.name for s in series}
+    if "kube_pod_info" not in names:
+        return ["no kube-state-metrics series (kube_pod_info): pods are known only from the GPU series' pod labels, "
+                "their teams are their namespaces, pod states and pending pods are unknown. Deploy kube-state-metrics "
+                "and let this Prometheus scrape it (`gpuwatch doctor` lists what each finding needs)"]
+    key = ksm_label(ctx.team_label)
+    if not any(s.name == "kube_pod_labels" and s.labels.get(key) for s in series):
+        return [f"no pod has the team label {ctx.team_label!r} on kube_pod_labels: teams are the namespaces. "
+                "kube-state-metrics exports a pod label only when allow-listed (Helm values: metricLabelsAllowlist: "
+                f"[pods=[{ctx.team_label}]]; `gpuwatch doctor` prints the whole snippet), or map namespaces to teams "
+                "with --teams FILE"]
+    return []
+
+
 def _absorb(row: dict, name: str, labels, value: float, ctx, mig_uuids: dict) -> None:
 
     if name == "kube_pod_info":

@@ -27,7 +27,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -55,6 +55,7 @@ class Plan:
     end: datetime
     resume: datetime | None
     progress: store_progress.Progress
+    fresh: bool = False  # Prometheus held no GPU series in the read: nothing was loaded
 
 
 def plan(con: Any, *, end: datetime, step: float, tail: float = TAIL, catch_up: float | None = None,
@@ -77,12 +78,26 @@ def ingest(con: Any, url: str, *, end: datetime, step: float, tail: float = TAIL
     if read.start >= read.end:
         return dict.fromkeys(BUNDLE_COLUMNS, 0), read
     frames = fetch(url, start=read.start, end=read.end, step=step, team_label=team_label)
+    if not has_gpu_data(frames):  # a fresh Prometheus (or one that lost its data): load nothing, say so
+        return dict.fromkeys(BUNDLE_COLUMNS, 0), replace(read, fresh=True)
     if read.resume is not None:
         last = prometheus.time_chunks(units.epoch_seconds(read.start), units.epoch_seconds(read.end), step=step, chunk=86_400.0)[-1][1]
         frames = resumed(frames, resume=read.resume, last=datetime.fromtimestamp(last, UTC))
     counts = store.load(con, frames, source=url, window=(read.start, read.end), prices=prices, teams=teams,
                         cluster=cluster, refuse_readings=True)
     return counts, read
+
+
+def has_gpu_data(frames: dict) -> bool:
+    """Whether a Prometheus read found any GPU: a device or a sample."""
+    return any(frames.get(name) is not None and len(frames[name]) for name in ("devices", "samples"))
+
+
+def no_complete_step(url: str, start: datetime, end: datetime) -> str:
+    """What a read that found no GPU series says (ingest, ingest --since-last, --follow)."""
+    return (f"no complete step yet: no GPU series in [{_iso(start)}, {_iso(end)}) (dcgm-exporter or gpuwatch's "
+            f"exporter not scraped yet, or not for one --step); nothing loaded. `gpuwatch doctor --from {url}` shows "
+            "what Prometheus holds")
 
 
 def resumed(frames: dict, *, resume: datetime, last: datetime) -> dict:
@@ -105,10 +120,12 @@ def resumed(frames: dict, *, resume: datetime, last: datetime) -> dict:
     return out
 
 
-def describe(counts: dict[str, int], read: Plan, *, db: str) -> str:
+def describe(counts: dict[str, int], read: Plan, *, db: str, url: str = "Prometheus") -> str:
     """One line: what was read and loaded, and from where the read resumed."""
     window = f"[{_iso(read.start)}, {_iso(read.end)})"
     loaded = ", ".join(f"{k} {v:,}" for k, v in counts.items())
+    if read.fresh:
+        return f"{db}: {url}: {no_complete_step(url, read.start, read.end)}"
     if read.start >= read.end:
         return f"{db}: up to date (last complete step {_iso(read.progress.complete)}, nothing before {_iso(read.end)})"
     if read.resume is None:
@@ -136,7 +153,7 @@ def run(db: str, url: str, *, every: float | None = None, end: datetime | None =
         con = store.connect(db)
         try:
             counts, read = ingest(con, url, end=end or (clock or _now)(), **options)
-            print(describe(counts, read, db=db), flush=True)
+            print(describe(counts, read, db=db, url=url), flush=True)
         finally:
             con.close()
 

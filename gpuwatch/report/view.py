@@ -13,6 +13,7 @@ import pandas as pd
 from gpuwatch import idle_bridge, recommendations
 from gpuwatch import mig as mig_geometry
 from gpuwatch.analyses import chargeback
+from gpuwatch.findings import judgement
 from gpuwatch.report import charts, health, topology
 
 PARTS = {"productive_usd": "productive", "false_util_usd": "false-util", "idle_usd": "idle",
@@ -185,7 +186,12 @@ def _findings(data, *, team: str | None) -> dict:
                                                             ascending=False, kind="stable")
     reclaim = pick(data.frames["reclaim_audit"])
     mig = data.frames["mig_fragmentation"] if team is None else data.frames["mig_fragmentation"].iloc[0:0]
+    judged = data.frames.get("judgement")
     return {
+        "false_util_not_judged": None if judgement.judged(judged, "false_utilization") else (
+            judgement.state_of(judged, "false_utilization").to_dict()),
+        "blind_spots": [] if judged is None else judged[judged["state"].isin(("not judged", "partly judged"))]
+        .to_dict("records"),
         "hoarders": hoarders.to_dict("records"),
         "bridge": idle_bridge.bridge(idle, chargeback=pick(data.frames["chargeback"])).rows(),
         "false_util": offenders.to_dict("records"),

@@ -62,7 +62,7 @@ def gather(con: Any, week: Week, *, db_name: str, complete: bool = True,
     this = analysis_params.params(week.start, week.end, **limits, group_by=group_by)
     last = analysis_params.params(week.previous().start, week.previous().end, **limits)
     frames = findings(con, this, only=("idle_hoarding", "false_utilization", "chargeback", *FAILURES, *TOPOLOGY,
-                                       "recommendations"))
+                                       "recommendations", "judgement"))
     frames["reclaim_audit"] = analyses.run(con, "reclaim_audit", **this)
     frames["previous_chargeback"] = findings(con, last, only=("chargeback",))["chargeback"]
     coverage = analyses.run(con, "data_coverage") if coverage is None else coverage
