@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuwatch import units
+from gpuwatch.analyses import chargeback as chargeback_rules
 
 STEPS = ("idle", "hoarders", "holding", "reclaimable", "run_rate")
 WINDOW_EFFECT = {
@@ -37,17 +38,22 @@ WINDOW_EFFECT = {
 
 @dataclass(frozen=True)
 class Bridge:
+    """The five steps. A dollar amount is None when no pod in its step has a known price (unknown, shown
+    as "unpriced", never $0.00); ``unpriced_pods``: idle pods whose GPUs have no price (left out of
+    every sum, and said so)."""
+
     idle_pods: int
-    idle_usd: float
+    idle_usd: float | None
     hoarder_pods: int
-    hoarder_usd: float
+    hoarder_usd: float | None
     holding_pods: int
-    holding_usd: float
+    holding_usd: float | None
     reclaimable_pods: int
     reclaimable_gpus: float
-    reclaimable_usd_per_hour: float
-    run_rate_usd_per_month: float
+    reclaimable_usd_per_hour: float | None
+    run_rate_usd_per_month: float | None
     hours_per_month: float = units.HOURS_PER_MONTH
+    unpriced_pods: int = 0
 
     def rows(self) -> list[dict]:
         """The steps as table rows: step key, number, label, pods, amount (text), what it counts, what a window change does."""
@@ -72,7 +78,8 @@ class Bridge:
         rows = [{**r, "label": f"{r['number']}. {r['label']}"} for r in self.rows()]
         width = max(len(r["label"]) for r in rows)
         amount = max(len(r["amount"]) for r in rows)
-        return ["idle GPUs, from the window to a monthly saving:"] + [
+        unpriced = f" ({self.unpriced_pods} idle pods unpriced: left out of every sum)" if self.unpriced_pods else ""
+        return [f"idle GPUs, from the window to a monthly saving{unpriced}:"] + [
             f"  {r['label']:<{width}}  {r['pods']:>5,} pods  {r['amount']:>{amount}}  ({r['meaning']})" for r in rows]
 
 
@@ -80,22 +87,32 @@ def bridge(idle, *, chargeback=None, hours_per_month: float = units.HOURS_PER_MO
     """The bridge over one idle_hoarding frame (None or empty: every step 0). ``chargeback``: the same
     window's chargeback rows (already narrowed to the same teams), whose idle cents step 1 then quotes,
     so it equals the Fleet and Chargeback pages' idle to the cent (they round each team row)."""
+    # no GPU of the window has a price: every amount is unknown, even an empty step's
+    no_price = chargeback is not None and bool(len(chargeback)) and chargeback_rules.fleet_unpriced(chargeback)
     if idle is None or not len(idle):
-        return Bridge(0, 0.0, 0, 0.0, 0, 0.0, 0, 0.0, 0.0, 0.0, hours_per_month)
+        usd = None if no_price else 0.0
+        return Bridge(0, usd, 0, usd, 0, usd, 0, 0.0, usd, usd, hours_per_month)
     idle_usd = _numbers(idle, "idle_cost_usd")
-    total = idle_usd.sum() if chargeback is None else chargeback.loc[chargeback["kind"] == "team", "idle_usd"].sum()
+    priced = _known(idle, "idle_cost_usd")
+    def cents(value: float, step) -> float | None:
+        """``value`` to the cent; None (unknown) when no GPU is priced or none of the step's pods is."""
+        return None if no_price or (len(step) and not step.any()) else round(float(value), 2)
+
+    is_idle = _numbers(idle, "idle_gpu_hours") > 0 if "idle_gpu_hours" in idle else idle_usd > 0
     hoarder = _flag(idle, "hoarder")
     reclaimable = _flag(idle, "reclaimable_now")
     holding = hoarder & (held_at_end(idle) | reclaimable)
     now = idle[reclaimable]
+    total = idle_usd.sum() if chargeback is None else chargeback.loc[chargeback["kind"] == "team", "idle_usd"].sum()
+    rate = sum(pod_run_rate(r, hours_per_month) for r in now[priced[reclaimable]].to_dict("records"))
     return Bridge(
-        idle_pods=int((idle_usd > 0).sum()), idle_usd=_cents(total),
-        hoarder_pods=int(hoarder.sum()), hoarder_usd=_cents(idle_usd[hoarder].sum()),
-        holding_pods=int(holding.sum()), holding_usd=_cents(idle_usd[holding].sum()),
+        idle_pods=int(is_idle.sum()), idle_usd=cents(total, priced[is_idle]),
+        hoarder_pods=int(hoarder.sum()), hoarder_usd=cents(idle_usd[hoarder].sum(), priced[hoarder]),
+        holding_pods=int(holding.sum()), holding_usd=cents(idle_usd[holding].sum(), priced[holding]),
         reclaimable_pods=int(reclaimable.sum()), reclaimable_gpus=float(_numbers(now, "gpu_count").sum()),
-        reclaimable_usd_per_hour=_cents(_numbers(now, "usd_per_hour").sum()),
-        run_rate_usd_per_month=_cents(sum(pod_run_rate(r, hours_per_month) for r in now.to_dict("records"))),
-        hours_per_month=hours_per_month)
+        reclaimable_usd_per_hour=cents(_numbers(now, "usd_per_hour").sum(), priced[reclaimable]),
+        run_rate_usd_per_month=cents(rate, priced[reclaimable]),
+        hours_per_month=hours_per_month, unpriced_pods=int((is_idle & ~priced).sum()))
 
 
 def held_at_end(idle):
@@ -119,8 +136,9 @@ def pod_basis(row: dict, hours_per_month: float = units.HOURS_PER_MONTH) -> str:
             f"at that rate for {hours_per_month:g} h/month while it keeps its GPUs")
 
 
-def money(value: float) -> str:
-    return f"${value:,.2f}"
+def money(value: float | None) -> str:
+    """USD to the cent; "unpriced" for an unknown amount (never $0.00)."""
+    return "unpriced" if value is None else f"${value:,.2f}"
 
 
 def _row(step: str, label: str, pods: int, amount: str, meaning: str) -> dict:
@@ -153,5 +171,11 @@ def _number(value) -> float:
     return 0.0 if number != number else number
 
 
-def _cents(value: float) -> float:
-    return round(float(value), 2)
+def _known(frame, column: str):
+    """Per row: ``column`` holds a known number (a pod on an unpriced GPU has no idle cost)."""
+    import pandas as pd
+
+    if column not in frame:
+        return pd.Series(False, index=frame.index)
+    return pd.to_numeric(frame[column], errors="coerce").notna()
+

@@ -158,12 +158,12 @@ def test_without_any_price_no_dollar_figure_reads_zero(bundle, tmp_path):
     con.close()
     head = text.split("\nrecommendations:")[0]  # the recommendations' evidence is in their own words
     assert "fleet cost: not judged: GPU prices missing; enable: gpuwatch ingest: gpuwatch ingest --prices" in text
-    assert "$0.00" not in head and "$ unknown (no GPU priced)" in head
-    assert "savings $ unknown (no GPU priced)/month" in text
+    assert "$0.00" not in head and "unpriced" in head
+    assert "savings unpriced/month" in text
 
 
 def test_fleet_page_without_any_price_says_not_judged(bundle, tmp_path, monkeypatch):
-    """The Fleet page on a store with no price: its dollar tiles read "not judged" (it used to show
+    """The Fleet page on a store with no price: its dollar tiles read "unpriced" (it used to show
     $0.00 tiles, then fail on the teams' waste table), with the flag that enables prices."""
     from streamlit.testing.v1 import AppTest
 
@@ -179,6 +179,6 @@ def test_fleet_page_without_any_price_says_not_judged(bundle, tmp_path, monkeypa
     at = AppTest.from_file(str(ROOT / "app" / "streamlit_app.py"), default_timeout=120).run()
     assert not at.exception, [e.value for e in at.exception]
     tiles = {m.label: m.value for m in at.metric}
-    assert tiles["Fleet cost"] == tiles["Idle (all pods)"] == tiles["Unallocated"] == "not judged", tiles
+    assert tiles["Fleet cost"] == tiles["Idle (all pods)"] == tiles["Unallocated"] == "unpriced", tiles
     assert any("GPU prices missing" in w.value for w in at.warning)
     assert any("gpuwatch ingest --prices prices.csv" in c.value for c in at.code)

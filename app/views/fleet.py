@@ -35,7 +35,7 @@ before = None if previous is None else ui.for_teams(ctx, previous[previous["kind
 def tile(col, label: str, now: float, then: float | None, *, help: str | None = None) -> None:
     """A dollar tile with its change against the previous period (more waste is red)."""
     if not priced:
-        col.metric(label, "not judged", help="No GPU is priced: the cost is unknown (see the note above).")
+        col.metric(label, ui.money(None), help="No GPU is priced: the cost is unknown (see the note above).")
         return
     delta = None if then is None else f"{now - then:+,.2f} vs previous period"
     col.metric(label, ui.money(now), delta=delta, delta_color="inverse", help=help)

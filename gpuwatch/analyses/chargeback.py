@@ -56,6 +56,12 @@ def finish(con: Any, frame, params: dict):
 PROBLEMS = ("unpriced", "unpriced_capacity", "over_allocated")
 
 
+def fleet_unpriced(charge) -> bool:
+    """Whether no GPU of the window has a price: GPUs without one, and no priced use or capacity."""
+    kinds = set(charge["kind"])
+    return "unpriced_capacity" in kinds and "team" not in kinds and not charge["fleet_cost_usd"].fillna(0).any()
+
+
 def problems(frame):
     """Unpriced use, unpriced GPUs and over-allocation: GPU-hours shown, cost unknown (NaN)."""
     rows = frame[frame["kind"].isin(PROBLEMS)].copy()

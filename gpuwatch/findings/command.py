@@ -195,7 +195,7 @@ def _usd(value: Any, unpriced: bool = False) -> str:
 
 def _unpriced(_value: float) -> str:
     """No GPU is priced: every dollar figure is unknown, never $0.00."""
-    return "$ unknown (no GPU priced)"
+    return "unpriced"
 
 
 def _busy_lines(busy: Any, judged: Any, usd=_usd) -> list[str]:
@@ -268,17 +268,11 @@ def _topology_lines(results: dict, judged: Any = None, usd=_usd) -> list[str]:
     return out
 
 
-def fleet_unpriced(charge: Any) -> bool:
-    """Whether no GPU of the window has a price: GPUs without one, and no priced use or capacity."""
-    kinds = set(charge["kind"])
-    return "unpriced_capacity" in kinds and "team" not in kinds and not charge["fleet_cost_usd"].fillna(0).any()
-
-
 def _chargeback_lines(charge: Any, *, false_judged: bool = True) -> list[str]:
     """The fleet cost, each priced row, then a warning per data problem (unpriced, over-allocated); the
     false-util column reads "not judged" where that finding is not (never $0.00)."""
     problems = chargeback.warnings(charge)
-    if fleet_unpriced(charge):  # unknown is said, never $0.00
+    if chargeback.fleet_unpriced(charge):  # unknown is said, never $0.00
         return ["fleet cost unpriced: no GPU in the window has a price (ingest --prices FILE, or --prices list)"] + [
             f"warning: {line}" for line in problems]
     lines = [f"fleet cost ${charge['fleet_cost_usd'].iloc[0]:,.2f}" + (" (priced GPUs only)" if problems else "")]

@@ -202,10 +202,13 @@ def _bridge(steps: idle_bridge.Bridge) -> dict[str, list[tuple[tuple, float]]]:
             "gpuwatch_idle_bridge_pods": [(("idle",), float(steps.idle_pods)), (("hoarders",), float(steps.hoarder_pods)),
                                           (("holding",), float(steps.holding_pods)),
                                           (("reclaimable",), float(steps.reclaimable_pods))],
-            "gpuwatch_idle_bridge_usd": [(("idle",), steps.idle_usd), (("hoarders",), steps.hoarder_usd),
-                                         (("holding",), steps.holding_usd)],
-            "gpuwatch_reclaimable_usd_per_hour": [((), steps.reclaimable_usd_per_hour)],
-            "gpuwatch_reclaimable_run_rate_usd_per_month": [((), steps.run_rate_usd_per_month)]}
+            # an unpriced amount (None) is left out: an absent series is unknown, 0 would be a wrong dollar
+            "gpuwatch_idle_bridge_usd": [(step, usd) for step, usd in ((("idle",), steps.idle_usd),
+                                         (("hoarders",), steps.hoarder_usd), (("holding",), steps.holding_usd))
+                                         if usd is not None],
+            "gpuwatch_reclaimable_usd_per_hour": [((), v) for v in (steps.reclaimable_usd_per_hour,) if v is not None],
+            "gpuwatch_reclaimable_run_rate_usd_per_month": [((), v) for v in (steps.run_rate_usd_per_month,)
+                                                            if v is not None]}
 
 
 def _per_pod(frame, column: str) -> list[tuple[tuple, float]]:

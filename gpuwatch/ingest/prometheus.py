@@ -152,6 +152,8 @@ def unreachable(exc: BaseException, timeout: float) -> str:
     not known ...) or the timeout."""
     import requests
 
+    if isinstance(exc, TimeoutError) and str(exc):  # promhttp: the request's whole reply took too long
+        return str(exc)
     if isinstance(exc, (requests.Timeout, TimeoutError)):
         return f"no reply within {timeout:g} s"
     found = re.findall(r"\[Errno -?\d+\] ([^'\")\]]+)", str(exc))

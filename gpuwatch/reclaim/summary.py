@@ -62,7 +62,7 @@ def _bridge(findings: Any, rows: list[dict]) -> str:
     acting = {(r["namespace"], r["pod"]) for r in rows if r["decision"] in ("acted", "would_act")}
     # step 4 is judged at the data's end, whatever window the pass read: the same pods as `analyze` shows
     return (f"Idle bridge step 4: {steps.reclaimable_pods} pods reclaimable now ({steps.reclaimable_gpus:g} GPUs = "
-            f"${steps.reclaimable_usd_per_hour:,.2f}/h); this pass acts on {len(acting)} of them, the policy skips "
+            f"{idle_bridge.money(steps.reclaimable_usd_per_hour)}/h); this pass acts on {len(acting)} of them, the policy skips "
             "or warns the rest (reasons above).")
 
 
