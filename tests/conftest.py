@@ -44,7 +44,7 @@ SLOW: dict[str, tuple[str, ...]] = {
         "tests/test_analyses.py::test_savings_never_exceed_the_observed_waste_they_remove",
         "tests/test_analyses.py::test_windows_holding_the_same_data_give_the_same_savings",
         "tests/test_analyses_persisted.py", "tests/test_clusters.py", "tests/test_teams.py", "tests/test_findings_csv.py",
-        "tests/test_reclaim_controller.py", "tests/test_lake_s3.py",
+        "tests/test_reclaim_controller.py", "tests/test_lake_s3.py", "tests/test_sample_store.py",
         "tests/test_ingest_bundle.py::test_analysis_output_is_deterministic",
         "tests/test_ingest_bundle.py::test_ingest_command_is_idempotent",
         "tests/test_ingest_bundle.py::test_linked_parquet_stages_the_same_as_a_copy",
