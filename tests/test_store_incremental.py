@@ -27,7 +27,7 @@ STAGED = {"stg_sample_rows": "stream_id, ts", "stg_streams": "stream_id", "stg_s
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory) -> Path:
     """Six hours of the 16-GPU fleet (seed 3): still hours in and out of order, re-sent, a middle hour
-    with a vanished pod, and key-id collisions from the middle on; every finding that had rows over half a
+    with a vanished pod, and key-id collisions from the second hour on; every finding that had rows over half a
     day still has rows. A load's cost is mostly fixed, so twelve hours doubled the replays for no property."""
     return small_fleet(tmp_path_factory.mktemp("incremental") / "bundle", seed=3, days=0.25)
 
