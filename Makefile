@@ -1,13 +1,14 @@
 # gpuwatch: two commands do all set-up on a fresh machine with Python 3.11+.
 #   make demo  — live: simulated exporter -> Prometheus -> ingest -> analyze; history: a simulated week -> app
 #   make test  — lint, architecture contracts and the whole test suite
+#   make test-fast — the inner loop: the tests not marked slow, under a minute on 2 cores (no lint)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint bench system-deps clean image
+.PHONY: demo test test-fast lint bench system-deps clean image
 
 $(STAMP): pyproject.toml $(wildcard hatch_build.py)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +26,10 @@ lint: $(STAMP)
 
 test: $(STAMP) system-deps lint
 	$(BIN)/pytest -n 2 --dist loadfile --durations=25
+
+# What it leaves out: the tests marked slow in their files and those tests/conftest.py's SLOW names.
+test-fast: $(STAMP)
+	$(BIN)/pytest -n 2 --dist loadfile -m "not slow" -q
 
 demo: $(STAMP)
 	$(BIN)/gpuwatch demo

@@ -25,13 +25,12 @@ def sample_bundle() -> Path:
 
 
 def load_sample(path: Path) -> Path:
-    """sample_data loaded into a fresh store at ``path``."""
-    from gpuwatch import store
+    """sample_data loaded into a fresh store at ``path`` (a copy of the test process' template:
+    tests/support/bundles.py ``sample_store``)."""
+    from tests.support.bundles import sample_store
 
-    con = store.connect(str(path))
-    store.load_bundle(con, sample_bundle())
-    con.close()
-    return path
+    sample_bundle()
+    return sample_store(path)
 
 
 def load_unpriced(path: Path) -> Path:

@@ -15,7 +15,7 @@ import pytest
 
 from gpuwatch import analyses, store
 from gpuwatch.analyses import params as defaults
-from tests.support.bundles import SAMPLE_DATA
+from tests.support.bundles import SAMPLE_DATA, loaded
 
 NUMBERS = ["gpus", "allocated_busy_gpus", "allocated_idle_gpus", "unallocated_gpus", "cost_usd", "busy_cost_usd",
            "idle_cost_usd", "unallocated_cost_usd", "fleet_gpus", "fleet_cost_usd", "not_sampled_gpus",
@@ -48,7 +48,7 @@ def _offsets(tmp_path, seconds_of):
 
 
 def test_nodes_sampled_at_other_offsets_count_the_same_gpus_and_dollars(tmp_path):
-    aligned = _fleet(_loaded(SAMPLE_DATA))
+    aligned = _fleet(loaded()[0])
     nodes = sorted(pd.read_parquet(SAMPLE_DATA / "samples.parquet")["node"].astype(str).unique())
     offset = {n: (7 * i) % 60 for i, n in enumerate(nodes)}  # 13 nodes, 13 offsets within the minute
     moved = _fleet(_offsets(tmp_path, offset.get))
@@ -59,7 +59,7 @@ def test_nodes_sampled_at_other_offsets_count_the_same_gpus_and_dollars(tmp_path
 
 
 def test_not_sampled_is_the_fleet_less_what_the_samples_cover():
-    frame = _fleet(_loaded(SAMPLE_DATA))
+    frame = _fleet(loaded()[0])
     assert (frame["not_sampled_gpus"] - (frame["fleet_gpus"] - frame["gpus"])).abs().max() < 1e-9
     assert (frame["not_sampled_cost_usd"] - (frame["fleet_cost_usd"] - frame["cost_usd"])).abs().max() < 1e-6
     window = frame[frame["scope"] == "window"].iloc[0]
@@ -91,5 +91,5 @@ def test_a_node_with_no_series_counts_its_own_sample_times():
 def test_the_stores_step_is_not_shrunk_by_node_offsets(tmp_path):
     """data_coverage's step (the app shows it; the report counts observed hours with it) is the median of
     the streams' series steps: 60 s for sample_data whether or not its nodes share sample times."""
-    for con in (_loaded(SAMPLE_DATA), _offsets(tmp_path, lambda node: sum(map(ord, node)) % 60)):
+    for con in (loaded()[0], _offsets(tmp_path, lambda node: sum(map(ord, node)) % 60)):
         assert analyses.run(con, "data_coverage").iloc[0]["step_seconds"] == 60.0

@@ -29,6 +29,7 @@ from gpuwatch.reclaim import controller, kube
 from gpuwatch.reclaim.lease import Elector
 from gpuwatch.reclaim.telemetry import ReclaimMetrics
 from tests.conftest import ROOT
+from tests.support import bundles
 from tests.support.fake_kube import FakeKube, namespace, pod, workload
 
 T0 = datetime(2026, 11, 18, 10, 0, tzinfo=UTC)
@@ -166,11 +167,7 @@ def test_metrics_are_served():
 
 @pytest.fixture(scope="module")
 def sample_store(tmp_path_factory):
-    path = tmp_path_factory.mktemp("reclaim") / "sample.duckdb"
-    con = store.connect(str(path))
-    store.load_bundle(con, ROOT / "sample_data")
-    con.close()
-    return path
+    return bundles.sample_store(tmp_path_factory.mktemp("reclaim") / "sample.duckdb")
 
 
 def test_once_offline_on_sample_data_plans_and_audits(sample_store, capsys):

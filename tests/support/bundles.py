@@ -6,6 +6,10 @@ here; nothing from them is copied into the repository.
 
 from __future__ import annotations
 
+import atexit
+import shutil
+import tempfile
+import weakref
 from pathlib import Path
 
 import pandas as pd
@@ -21,10 +25,69 @@ DLRM_T0 = pd.Timestamp("2025-01-01T00:00:00")
 
 
 def loaded(path: Path | str = SAMPLE_DATA):
-    """An in-memory store holding the bundle at ``path`` and the default analysis parameters."""
-    con = store.connect(None)
-    store.load_bundle(con, path)
+    """A private store holding the bundle at ``path`` and the default analysis parameters.
+
+    For the shipped sample_data the store is a copy of a template made once per test process
+    (``sample_store``): the caller owns its copy and may write to it. Any other bundle is loaded into
+    a fresh in-memory store, as every call did before.
+    """
+    if Path(path).resolve() == SAMPLE_DATA.resolve():
+        folder = _scratch()
+        con = store.connect(str(sample_store(folder / "sample.duckdb")))
+        _SCRATCH.append((weakref.ref(con), folder))
+    else:
+        con = store.connect(None)
+        store.load_bundle(con, path)
     return con, params(*window(store.data_range(con)[1]))
+
+
+def sample_store(db: Path | str) -> Path:
+    """sample_data loaded into a fresh store file at ``db`` (closed), as ``store.connect`` and
+    ``store.load_bundle`` make it: a copy of a template loaded once per test process."""
+    db = Path(db)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    for stale in (db, db.with_name(db.name + ".wal")):
+        stale.unlink(missing_ok=True)
+    shutil.copyfile(_template(), db)
+    return db
+
+
+# One template per test process (each xdist worker makes its own), remade if sample_data changes
+# under it; the copies loaded() hands out live in per-call scratch folders, removed once their
+# connection is gone and at exit.
+_TEMPLATE: dict[str, object] = {}
+_SCRATCH: list[tuple[weakref.ref, Path]] = []
+
+
+def _template() -> Path:
+    signature = tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(SAMPLE_DATA.iterdir())
+                      if p.is_file())
+    if _TEMPLATE.get("signature") != signature:
+        folder = Path(tempfile.mkdtemp(prefix="gpuwatch-sample-store-"))
+        atexit.register(shutil.rmtree, folder, True)
+        db = folder / "sample.duckdb"
+        con = store.connect(str(db))
+        store.load_bundle(con, SAMPLE_DATA)
+        con.close()
+        _TEMPLATE.update(signature=signature, path=db)
+    return _TEMPLATE["path"]
+
+
+def _scratch() -> Path:
+    """A new folder for one copy (its WAL and spill files beside it); the folders of copies whose
+    connection has been collected are removed first."""
+    for entry in [e for e in _SCRATCH if e[0]() is None]:
+        _SCRATCH.remove(entry)
+        shutil.rmtree(entry[1], ignore_errors=True)
+    if "exit" not in _TEMPLATE:
+        _TEMPLATE["exit"] = atexit.register(_remove_scratch)
+    return Path(tempfile.mkdtemp(prefix="gpuwatch-loaded-"))
+
+
+def _remove_scratch() -> None:
+    for _, folder in _SCRATCH:
+        shutil.rmtree(folder, ignore_errors=True)
+    _SCRATCH.clear()
 
 
 def genai_frames(shared_data: Path) -> dict[str, pd.DataFrame]:
@@ -85,12 +148,12 @@ def by_hour(samples: pd.DataFrame) -> list[pd.DataFrame]:
     return [part for _, part in samples.groupby(hour, sort=True)]
 
 
-def small_fleet(out: Path, *, seed: int) -> Path:
-    """A simulated 16-GPU fleet over half a day at 60 s, failures and topology planted, as a bundle."""
+def small_fleet(out: Path, *, seed: int, days: float = 0.5) -> Path:
+    """A simulated 16-GPU fleet over ``days`` (half a day) at 60 s, failures and topology planted, as a bundle."""
     from gpuwatch import fleet
     from gpuwatch.fleet import command
 
-    command.write_bundle(fleet.build_fleet(gpus=16, seed=seed, days=0.5, failures=True, topology=True), out, step=60)
+    command.write_bundle(fleet.build_fleet(gpus=16, seed=seed, days=days, failures=True, topology=True), out, step=60)
     return out
 
 
