@@ -90,7 +90,7 @@ def derived_findings() -> str:
 
     values = {"namespace": "team-a", "pod": "nb-1", "team": "team-a", "kind": "idle", "hostname": "node-1",
               "UUID": "GPU-d", "analysis": "idle_hoarding", "gang": "j", "cause": "gpu_memory",
-              "recommended_profile": "1g.20gb", "finding": "false_utilization"}
+              "recommended_profile": "1g.20gb", "finding": "false_utilization", "step": "idle"}
     lines = []
     for name, (_, _, labels) in derived.METRICS.items():
         lines.append(name + "{" + ",".join(f'{k}="{values[k]}"' for k in labels) + "} 2\n")

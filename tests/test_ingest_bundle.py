@@ -256,7 +256,7 @@ def test_analysis_output_is_deterministic(tmp_path):
         assert main(["analyze", "--db", str(tmp_path / f"{run}.db"), "--input", str(SAMPLE_DATA),
                      "--out", str(tmp_path / run)]) == 0
         outs.append({p.name: p.read_bytes() for p in sorted((tmp_path / run).glob("*.csv"))})
-    assert outs[0] == outs[1] and len(outs[0]) == 15
+    assert outs[0] == outs[1] and len(outs[0]) == 17
 
 
 def test_an_infinite_timestamp_in_parquet_is_refused(tmp_path):
