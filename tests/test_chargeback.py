@@ -81,15 +81,38 @@ def test_chargeback_reconciles_for_random_fleets(prices, profile_share, pods):
     store.load(con, frames, source="hypothesis")
     charge = analyses.run(con, "chargeback", **params(T0, T0 + pd.Timedelta(days=7)))
     _check_reconciles(charge)
-    expected_fleet = 7 * 24 * 3 * sum(p for p in prices if p is not None)  # priced GPUs only
+    hours = _present_hours(pod_rows, lo=T0, hi=T0 + pd.Timedelta(days=7))
+    # a GPU costs money only while it is known to exist (here: while a pod holds it; its samples lie
+    # inside that), priced GPUs only, never the whole window for all six
+    expected_fleet = sum(prices[g % 2] * h for g, h in hours.items() if prices[g % 2] is not None)
     assert charge["fleet_cost_usd"].iloc[0] == round(expected_fleet, 2)
-    _check_every_device_priced_or_reported(charge, prices=prices, pods=pod_rows)
+    _check_every_device_priced_or_reported(charge, prices=prices, pods=pod_rows, present=set(hours))
     con.close()
 
 
-def _check_every_device_priced_or_reported(charge: pd.DataFrame, *, prices: list, pods: list[dict]) -> None:
-    """Unpriced GPUs are one unpriced_capacity row (3 per model here); a pod on one is never $0 in a team."""
-    unpriced_gpus = 3 * sum(p is None for p in prices)
+def _present_hours(pods: list[dict], *, lo: pd.Timestamp, hi: pd.Timestamp) -> dict[int, float]:
+    """Per GPU index, the hours inside [lo, hi) some pod ran on its node (the union of their intervals),
+    computed apart from the SQL: the time the GPU is known to exist."""
+    out = {}
+    for gpu in range(6):
+        spans = sorted((max(p["start_ts"], lo), min(p["end_ts"], hi)) for p in pods if p["node"] == f"n{gpu // 3}")
+        total, reach = 0.0, None
+        for a, b in spans:
+            if b <= a:
+                continue
+            a = a if reach is None else max(a, reach)
+            if reach is None or b > reach:
+                total += max((b - a).total_seconds(), 0.0)
+                reach = b
+        if total > 0:
+            out[gpu] = total / 3600
+    return out
+
+
+def _check_every_device_priced_or_reported(charge: pd.DataFrame, *, prices: list, pods: list[dict],
+                                           present: set[int]) -> None:
+    """Unpriced GPUs present in the window are one unpriced_capacity row; a pod on one is never $0 in a team."""
+    unpriced_gpus = sum(prices[g % 2] is None for g in present)
     assert charge.loc[charge["kind"] == "unpriced_capacity", "pods"].sum() == unpriced_gpus
     assert charge.loc[charge["kind"].isin(["unpriced", "unpriced_capacity"]), "cost_usd"].isna().all()
     assert charge.loc[charge["kind"] == "unallocated", "cost_usd"].iloc[0] >= 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +63,12 @@ def run(args: argparse.Namespace) -> int:
     con = store.connect(args.db)
     if args.input or args.source:
         command.ingest(con, args.input or args.source)
-    last = store.data_range(con)[1]
-    start, end = defaults.window(last, length=length, end=end)
+    now = datetime.now(UTC).replace(tzinfo=None)  # the analysis' own clock: data dated after it is left out
+    first, last = store.data_range(con, now=now)
+    ahead = clock_warning(store.ahead_of_clock(con, now=now), now=now)
+    start, end = defaults.window(last, length=length, end=end, first_ts=first)
+    if ahead and not args.end:
+        end = min(end, now)
     params = defaults.params(start, end, **thresholds, group_by=group_by, drift_pool_label=pool_label)
     # store this window's SQL results in the DB: the app and the report read them (analyses/persisted.py),
     # and analyze() below reads them too, so the samples are scanned once per analysis
@@ -74,7 +78,19 @@ def run(args: argparse.Namespace) -> int:
         write_csvs(results, Path(args.out), data_as_of=data_as_of(last, end))
     if args.format == "table":
         print(summary(results, start=start, end=end, hours_per_month=params["hours_per_month"]))
+    if ahead:
+        print(f"gpuwatch analyze: warning: {ahead}", file=sys.stderr)
     return 0
+
+
+def clock_warning(ahead: tuple[int, int, datetime | None], *, now: datetime) -> str:
+    """The line saying which samples are dated after the analysis clock (left out), '' when none are."""
+    samples, devices, latest = ahead
+    if not samples:
+        return ""
+    return (f"{samples:,} sample(s) of {devices} device(s) are dated after this machine's clock "
+            f"({now:%Y-%m-%d %H:%M:%S} UTC; latest {latest:%Y-%m-%d %H:%M:%S}): left out of the window "
+            "(a clock running ahead on those nodes, or this machine's clock behind)")
 
 
 # Findings that need no other analysis' result and spend their time in DuckDB: computed on a second

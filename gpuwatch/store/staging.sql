@@ -466,6 +466,72 @@ SELECT * FROM stg_sample_rows WHERE in_series AND ts >= window_start AND ts < wi
 CREATE OR REPLACE MACRO stg_series(window_start, window_end) AS TABLE
 SELECT * FROM stg_samples WHERE in_series AND ts >= window_start AND ts < window_end;
 
+-- When a physical GPU (node, gpu_uuid) is known to exist inside [lo, hi): the fleet costs money only
+-- then (docs/architecture.md#billing). Evidence: (1) its samples (any stream of the GPU, MIG instances
+-- and sharing pods included): samples at most presence_gap_seconds() apart are one run (a scrape outage,
+-- an exporter restart: the GPU was there), and a run covers one step (its median interval) before its
+-- first sample and after its last; (2) the allocations the cluster reports on its node (pods file: while
+-- a pod runs on a node, the node and its GPUs exist). A GPU without evidence in the window (scaled away,
+-- not yet created) costs nothing there; no time past the data is billed. Node lifetimes are not in the
+-- data gpuwatch reads (kube_node_created is not collected), so samples and allocations are the evidence.
+-- Columns: node, gpu_uuid, lo_s, hi_s (epoch seconds, one row per span; one GPU's spans are disjoint).
+CREATE OR REPLACE MACRO presence_gap_seconds() AS 3600.0;
+
+CREATE OR REPLACE MACRO stg_gpu_presence(lo, hi) AS TABLE
+WITH devs AS (
+    -- an integer per GPU: the window sort below runs on it, not on the text keys
+    SELECT stream_id, node, gpu_uuid, dense_rank() OVER (ORDER BY node, gpu_uuid) AS dev FROM stg_streams
+),
+gaps AS (
+    SELECT d.dev, epoch(r.ts) AS t, epoch(r.ts) - lag(epoch(r.ts)) OVER (PARTITION BY d.dev ORDER BY r.ts) AS dt
+    FROM stg_sample_rows r JOIN devs d USING (stream_id)
+    WHERE r.ts >= lo::TIMESTAMP - to_seconds(presence_gap_seconds()) AND r.ts < hi
+),
+runs AS (
+    SELECT *, sum(CASE WHEN dt IS NULL OR dt > presence_gap_seconds() THEN 1 ELSE 0 END)
+                  OVER (PARTITION BY dev ORDER BY t ROWS UNBOUNDED PRECEDING) AS run
+    FROM gaps
+),
+run_steps AS (
+    SELECT dev, run, min(t) AS first_s, max(t) AS last_s,
+           coalesce(median(dt) FILTER (WHERE dt > 0 AND dt <= presence_gap_seconds()), 60.0) AS step_s
+    FROM runs GROUP BY dev, run
+),
+sampled AS (
+    -- a run stands for one step (its median interval; one sample alone: 60 s) either side of its samples:
+    -- the GPU was there before its first scrape and until the next one was due
+    SELECT dev, first_s - step_s AS lo_s, last_s + step_s AS hi_s FROM run_steps
+),
+node_end AS (
+    SELECT n.node, max(s.hi_s) AS hi_s FROM sampled s JOIN (SELECT DISTINCT dev, node FROM devs) n USING (dev) GROUP BY ALL
+),
+held AS (
+    -- allocations on the node: while a pod runs there, the node and so each of its GPUs exists (an open
+    -- allocation ends where its node's samples end, else at hi)
+    SELECT p.node, epoch(coalesce(p.start_ts, lo::TIMESTAMP)) AS lo_s,
+           coalesce(epoch(p.end_ts), e.hi_s, epoch(hi::TIMESTAMP)) AS hi_s
+    FROM stg_pods p LEFT JOIN node_end e USING (node)
+    WHERE p.gpu_count > 0
+),
+spans AS (
+    SELECT g.node, g.gpu_uuid, greatest(s.lo_s, epoch(lo::TIMESTAMP)) AS lo_s, least(s.hi_s, epoch(hi::TIMESTAMP)) AS hi_s
+    FROM sampled s JOIN (SELECT DISTINCT dev, node, gpu_uuid FROM devs) g USING (dev)
+    UNION ALL
+    SELECT g.node, g.gpu_uuid, greatest(h.lo_s, epoch(lo::TIMESTAMP)), least(h.hi_s, epoch(hi::TIMESTAMP))
+    FROM held h JOIN stg_gpus g USING (node)
+),
+ordered AS (
+    SELECT *, max(hi_s) OVER (PARTITION BY node, gpu_uuid ORDER BY lo_s, hi_s
+                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
+    FROM spans WHERE hi_s > lo_s
+),
+merged AS (
+    SELECT *, sum(CASE WHEN reach IS NULL OR lo_s > reach THEN 1 ELSE 0 END)
+                  OVER (PARTITION BY node, gpu_uuid ORDER BY lo_s, hi_s ROWS UNBOUNDED PRECEDING) AS part
+    FROM ordered
+)
+SELECT node, gpu_uuid, min(lo_s) AS lo_s, max(hi_s) AS hi_s FROM merged GROUP BY node, gpu_uuid, part;
+
 -- Pod (container) states from kube-state-metrics, one row per change (model.BUNDLE_COLUMNS["pod_status"]):
 -- names trimmed, empty text NULL, and until_ts, when the pod's (container's) next row replaces it
 -- (NULL: the last known state; how long it held is unknown past the last sample of anything).
