@@ -147,6 +147,11 @@ def price_caption(ctx: Context) -> str:
     return "Prices: " + (", ".join(parts) if parts else "no GPUs") + " (Chargeback lists them)."
 
 
+def chargeback_csv_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows as chargeback.csv holds them everywhere (no column repeating the fleet total)."""
+    return chargeback_analysis.csv_rows(frame)
+
+
 def chargeback_warnings(frame: pd.DataFrame) -> list[str]:
     """The chargeback's data problems (unpriced, over-allocated) as plain lines, in the analysis' words."""
     return chargeback_analysis.warnings(frame)

@@ -52,6 +52,18 @@ def finish(con: Any, frame, params: dict):
     return out[list(COLUMNS)].reset_index(drop=True)
 
 
+# Columns that repeat one total on every row: kept in the frame (the pages read the fleet cost from it),
+# left out of every chargeback.csv (analyze, the weekly report, the app's downloads), where summing a
+# column is the natural act (a sum of fleet_cost_usd was the fleet cost times the rows; the fleet cost is
+# the sum of cost_usd).
+REPEATED_TOTALS = ("fleet_cost_usd",)
+
+
+def csv_rows(frame):
+    """The chargeback frame as chargeback.csv holds it: every column a row's own figure, none repeating a total."""
+    return frame.drop(columns=[c for c in REPEATED_TOTALS if c in frame.columns])
+
+
 # Rows that carry GPU-hours but no dollars: never $0 inside a team, never part of the fleet cost.
 PROBLEMS = ("unpriced", "unpriced_capacity", "over_allocated")
 

@@ -124,7 +124,8 @@ def write_csvs(results: dict, out: Path, *, data_as_of: str | None = None) -> No
     findings without it)."""
     out.mkdir(parents=True, exist_ok=True)
     for name, frame in results.items():
-        csvfile.to_csv(frame.assign(data_as_of=data_as_of or ""), out / f"{name}.csv")
+        rows = chargeback.csv_rows(frame) if name == "chargeback" else frame
+        csvfile.to_csv(rows.assign(data_as_of=data_as_of or ""), out / f"{name}.csv")
     log.info("wrote %d files to %s", len(results), out)
 
 
