@@ -25,7 +25,7 @@ import gpuwatch.analyses.schedulable_capacity as schedulable_capacity
 import gpuwatch.recommendations as recommendations
 import gpuwatch.store as store
 import gpuwatch.units as units
-from gpuwatch.findings import csvfile, findings, observed_hours
+from gpuwatch.findings import csvfile, findings, observed_hours, too_small  # noqa: F401 (too_small: for the pages)
 
 DB_ENV = "GPUWATCH_DB"
 TEAMS_ENV = "GPUWATCH_APP_TEAMS"  # comma-separated: the same as --team, for tests and containers

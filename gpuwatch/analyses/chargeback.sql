@@ -133,9 +133,12 @@ per_pod AS (
     WHERE coalesce(a.seconds, 0) > 0 OR o.pod IS NOT NULL
 ),
 teams AS (
+    -- each pod's parts rounded to the cent once (usd_cents: as idle_hoarding and false_utilization round
+    -- the same pod's figures), so a team's parts are sums of its pods' cents whatever the grouping
     SELECT CASE WHEN unpriced THEN 'unpriced' ELSE 'team' END AS kind, team, namespace, exact_sum(gpu_hours) AS gpu_hours,
-           exact_sum(productive_usd) AS productive_usd, exact_sum(false_util_usd) AS false_util_usd, exact_sum(idle_usd) AS idle_usd,
-           exact_sum(allocated_usd - observed_usd) AS unobserved_usd, count(*) AS pods,
+           exact_sum(usd_cents(productive_usd)) AS productive_usd, exact_sum(usd_cents(false_util_usd)) AS false_util_usd,
+           exact_sum(usd_cents(idle_usd)) AS idle_usd,
+           exact_sum(usd_cents(allocated_usd - observed_usd)) AS unobserved_usd, count(*) AS pods,
            CAST(NULL AS VARCHAR) AS node, CAST(NULL AS VARCHAR) AS gpu_uuid, CAST(NULL AS DOUBLE) AS amount_usd,
            group_value, cluster_of(namespace) AS cluster
     FROM per_pod

@@ -61,6 +61,13 @@ def order(names: Iterable[str]) -> list[str]:
     return out
 
 
+def too_small(mismatch: Any) -> Any:
+    """The mig_mismatch rows every "too small" figure counts ("MIG/GPU too small" in the CLI, "Burnt by
+    too-small slices" in the app): runs that failed at their device's memory limit (cause gpu_memory).
+    OOMKilled runs (host_memory) ran out of the node's memory, not the slice's: never in that figure."""
+    return mismatch[mismatch["cause"] == "gpu_memory"]
+
+
 def observed_hours(coverage: Any, start: Any, end: Any) -> float | None:
     """Hours of [start, end) the store holds samples for (first sample .. one step past the last), or
     None when unknown (no coverage frame or no samples)."""

@@ -18,7 +18,7 @@ from typing import Any
 from gpuwatch import analyses, recommendations, store, units
 from gpuwatch.analyses import chargeback
 from gpuwatch.analyses import params as defaults
-from gpuwatch.findings import FAILURES, TOPOLOGY, csvfile, findings
+from gpuwatch.findings import FAILURES, TOPOLOGY, csvfile, findings, too_small
 from gpuwatch.ingest import command
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ def _failure_lines(results: dict) -> list[str]:
                    f"${held.drop_duplicates('gpu_uuid')['allocated_usd_at_risk'].sum():,.2f} allocated cost at risk")
     fit = results.get("mig_mismatch")
     if fit is not None and len(fit):
-        small = fit[fit["cause"] == "gpu_memory"]
+        small = too_small(fit)
         out.append(f"MIG/GPU too small: {len(small)} pods failing at their memory limit, ${small['usd_burnt'].sum():,.2f} burnt"
                    f" ({(fit['cause'] == 'host_memory').sum()} more OOMKilled: host memory)")
     orphans = results.get("orphaned_memory")
