@@ -42,8 +42,9 @@ def test_every_pod_figure_is_rounded_once_to_whole_cents(sample):
         assert _whole_cents(r[name][column]), (name, column)
     # the pod: $258.505 of idle, shown as $258.50 on one page and $258.51 on another before
     idle = r["idle_hoarding"].set_index("pod")
-    assert idle.at["hugo-nb215-0", "idle_cost_usd"] == 258.51
-    assert chargeback_analysis.cents(258.505) == 25851 and chargeback_analysis.cents(2650.7309523) == 265073
+    assert idle.at["hugo-nb215-0", "idle_cost_usd"] == 258.50  # half to even, as everywhere
+    assert chargeback_analysis.cents(258.505) == 25850 and chargeback_analysis.cents(0.015) == 2
+    assert chargeback_analysis.cents(2650.7309523) == 265073
 
 
 def test_false_utilization_and_idle_are_one_figure_on_every_surface(sample):

@@ -117,10 +117,10 @@ def stranded_usd(con: Any, mig_free, params: dict) -> tuple[float, float]:
 
 
 def cents(amount: float) -> int:
-    """``amount`` in whole cents, rounded as staging.sql's usd_cents rounds a pod's figure (half away
-    from zero on the amount to 9 decimals): the one rounding rule of every dollar gpuwatch shows."""
+    """``amount`` in whole cents, rounded as staging.sql's usd_cents rounds a pod's figure (half to even
+    on the amount to 9 decimals): the one rounding rule of every dollar gpuwatch shows."""
     return int(decimal.Decimal(repr(round(amount, 9))).quantize(decimal.Decimal("0.01"),
-                                                                rounding=decimal.ROUND_HALF_UP) * 100)
+                                                                rounding=decimal.ROUND_HALF_EVEN) * 100)
 
 
 def fleet_cents(parts: list[float], *, fleet: float, stranded: float) -> list[int]:

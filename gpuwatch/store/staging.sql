@@ -86,10 +86,11 @@ CREATE OR REPLACE MACRO exact_sum(x) AS CAST(exact_part(x) AS DOUBLE);
 CREATE OR REPLACE MACRO exact_avg(x) AS exact_sum(x) / count(x);
 
 -- Money is rounded to the cent once, per pod (the finest row anyone reads: idle_hoarding, false_utilization,
--- utilization and chargeback's pod parts), half away from zero on the amount to 9 decimals (so two
--- analyses that reach the same amount by other sums round it alike); every total shown anywhere is a
--- sum of these cents, so a team, a page, the CLI and the report quote the same figure (docs/architecture.md#billing).
-CREATE OR REPLACE MACRO usd_cents(x) AS CAST(round(CAST(round(x, 9) AS DECIMAL(38, 9)), 2) AS DOUBLE);
+-- utilization, mig_mismatch and chargeback's pod parts), half to even on the amount to 9 decimals (two
+-- analyses that reach the same amount by other sums round it alike; half-cents are common, a minute at
+-- $4.10/h is 6 5/6 cents, and half-up would push every total up); every total shown anywhere is a sum
+-- of these cents, so a team, a page, the CLI and the report quote the same figure (docs/architecture.md#billing).
+CREATE OR REPLACE MACRO usd_cents(x) AS CAST(round_even(CAST(round(x, 9) AS DECIMAL(38, 9)), 2) AS DOUBLE);
 
 -- Devices: one row per GPU and per MIG instance, with its share of the GPU and its price.
 CREATE OR REPLACE VIEW stg_devices_def AS
