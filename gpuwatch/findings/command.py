@@ -78,9 +78,23 @@ def run(args: argparse.Namespace) -> int:
         write_csvs(results, Path(args.out), data_as_of=data_as_of(last, end))
     if args.format == "table":
         print(summary(results, start=start, end=end, hours_per_month=params["hours_per_month"]))
-    if ahead:
-        print(f"gpuwatch analyze: warning: {ahead}", file=sys.stderr)
+    for line in [ahead, *data_warnings(analyses.run(con, "data_coverage"))]:
+        if line:
+            print(f"gpuwatch analyze: warning: {line}", file=sys.stderr)
     return 0
+
+
+def data_warnings(coverage) -> list[str]:
+    """The money rules that applied to this data (docs/architecture.md#billing), one line each."""
+    row = coverage.iloc[0] if len(coverage) else {}
+    out = []
+    if int(row.get("conflicted_samples", 0) or 0):
+        out.append(f"{int(row['conflicted_samples']):,} sample(s) had duplicate copies that disagree: their values "
+                   "are unknown (not judged idle or busy; their time is billed as unobserved), never the max")
+    if int(row.get("zero_count_pods", 0) or 0):
+        out.append(f"{int(row['zero_count_pods']):,} pod(s) listed with gpu_count 0 have samples on a GPU: "
+                   "charged for those samples at the device's share and price, never $0")
+    return out
 
 
 def clock_warning(ahead: tuple[int, int, datetime | None], *, now: datetime) -> str:

@@ -324,8 +324,12 @@ final AS (
            s.gpu_uuid || coalesce('/' || s.mig_gi_id, '') AS device_key,
            -- a pod outside the pods file still gets its namespace's team (analyses fall back to the namespace)
            coalesce(p.team, namespace_team(s.namespace)) AS team,
-           CAST(coalesce(p.gpu_equivalents / p.device_count, d.gpu_share, 1.0) AS DOUBLE) AS gpu_share,
-           CAST(coalesce(p.usd_per_hour / p.device_count, d.usd_per_hour) AS DOUBLE) AS usd_per_hour,
+           -- a pod listed with gpu_count 0 whose samples show it on a GPU held it all the same: its samples
+           -- stand for the device's share at the device's price, never $0 (data_coverage counts such pods)
+           CAST(coalesce(CASE WHEN p.gpu_count > 0 THEN p.gpu_equivalents / p.device_count END, d.gpu_share, 1.0)
+                AS DOUBLE) AS gpu_share,
+           CAST(coalesce(CASE WHEN p.gpu_count > 0 THEN p.usd_per_hour / p.device_count END, d.usd_per_hour) AS DOUBLE)
+               AS usd_per_hour,
            -- a dense pod number, for analyses that need every row of a pod together (quantiles)
            CASE WHEN s.pod IS NOT NULL
                 THEN CAST(dense_rank() OVER (ORDER BY s.namespace NULLS FIRST, s.pod NULLS FIRST) AS INTEGER) END
@@ -356,6 +360,9 @@ CREATE OR REPLACE MACRO series_lead(x, stream_id, in_series, ts) AS
 CREATE OR REPLACE MACRO sample_reported(gpu_util, gr_engine_active) AS coalesce(gpu_util, gr_engine_active);
 CREATE OR REPLACE MACRO sample_effective(sm_active) AS sm_active;
 
+-- Duplicates of one sample (stg_sample_values): the value their copies agree on, NULL where they conflict.
+CREATE OR REPLACE MACRO agreed(x) AS CASE WHEN min(x) = max(x) THEN min(x) END;
+
 -- Row values: clean values, one row per (stream, ts), units as ratios 0-1 (docs/architecture.md#finding-semantics). Every rule here is
 -- per node (dedup keys and series include the node), so the macro takes a
 -- node range [node_lo, node_hi] (NULL = open): refresh() runs it a few nodes at a time, keeping each
@@ -385,21 +392,31 @@ WITH cleaned AS NOT MATERIALIZED (
     WHERE (node_lo IS NULL OR a.node >= node_lo) AND (node_hi IS NULL OR a.node <= node_hi)
 ),
 deduped AS (
-    -- the same (ts, device, pod) loaded twice is one sample; max() keeps a known value over NULL; its
-    -- container is the greatest known one, kept as the raw key it came with (container_key)
+    -- the same (ts, device, pod) loaded twice is one sample (docs/architecture.md#billing): copies that
+    -- agree, or where only one knows a value, give that value; copies that CONFLICT give NULL (unknown),
+    -- never the max: a stray copy at 0.99 must not turn an idle GPU busy (nor the reverse), so that time
+    -- is not judged idle or busy and is billed as unobserved from its allocation; `conflicted` flags the
+    -- row (data_coverage counts them, `gpuwatch analyze` reports them). Its container is the greatest
+    -- known one, kept as the raw key it came with (container_key)
     SELECT stream_id, ts,
            coalesce(struct_extract(max({'container': container, 'key': container_key}) FILTER (WHERE container IS NOT NULL),
                                    'key'), max(container_key)) AS container_key,
-           max(gpu_util) AS gpu_util, max(gr_engine_active) AS gr_engine_active, max(sm_active) AS sm_active,
-           max(sm_occupancy) AS sm_occupancy, max(tensor_active) AS tensor_active, max(dram_active) AS dram_active,
-           max(fb_used_bytes) AS fb_used_bytes, max(power_watts) AS power_watts,
-           max(nvlink_tx_bytes_per_second) AS nvlink_tx_bytes_per_second,
-           max(nvlink_rx_bytes_per_second) AS nvlink_rx_bytes_per_second, any_value(has_pod) AS has_pod
+           agreed(gpu_util) AS gpu_util, agreed(gr_engine_active) AS gr_engine_active, agreed(sm_active) AS sm_active,
+           agreed(sm_occupancy) AS sm_occupancy, agreed(tensor_active) AS tensor_active, agreed(dram_active) AS dram_active,
+           agreed(fb_used_bytes) AS fb_used_bytes, agreed(power_watts) AS power_watts,
+           agreed(nvlink_tx_bytes_per_second) AS nvlink_tx_bytes_per_second,
+           agreed(nvlink_rx_bytes_per_second) AS nvlink_rx_bytes_per_second, any_value(has_pod) AS has_pod,
+           coalesce(min(gpu_util) <> max(gpu_util) OR min(gr_engine_active) <> max(gr_engine_active)
+                    OR min(sm_active) <> max(sm_active) OR min(sm_occupancy) <> max(sm_occupancy)
+                    OR min(tensor_active) <> max(tensor_active) OR min(dram_active) <> max(dram_active)
+                    OR min(fb_used_bytes) <> max(fb_used_bytes) OR min(power_watts) <> max(power_watts)
+                    OR min(nvlink_tx_bytes_per_second) <> max(nvlink_tx_bytes_per_second)
+                    OR min(nvlink_rx_bytes_per_second) <> max(nvlink_rx_bytes_per_second), FALSE) AS conflicted
     FROM cleaned
     WHERE dedup
     GROUP BY stream_id, ts
     UNION ALL
-    SELECT * EXCLUDE (container) FROM cleaned WHERE NOT dedup
+    SELECT * EXCLUDE (container), FALSE AS conflicted FROM cleaned WHERE NOT dedup
 ),
 clamped AS (
     -- ratios above 1 happen (SM_ACTIVE on MIG GI entities, DCGM #152): clamp to 1 and flag the row
