@@ -134,3 +134,23 @@ def test_cli_bills_one_day_of_data_for_one_day(tmp_path, capsys):
     assert main(["analyze", "--db", str(db), "--out", str(tmp_path / "out")]) == 0
     charge = pd.read_csv(tmp_path / "out" / "chargeback.csv")
     assert round(charge["cost_usd"].sum(), 2) == PRICE * 4 * 24
+
+
+def test_a_week_without_data_bills_nothing_even_with_min_coverage_zero(tmp_path):
+    """Regression: `report weekly --week <a week without data> --min-coverage 0` billed the whole fleet
+    for that week; an allocation left open (no end) must not carry the fleet into it either."""
+    frames = _frames({"a": (0, 24)})
+    frames["pods"] = pd.DataFrame([{"namespace": "ns", "pod": "p", "node": "a", "team": "t", "start_ts": T0,
+                                    "end_ts": pd.NaT, "gpu_resource": "nvidia.com/gpu", "gpu_count": 1.0,
+                                    "device_ids": "GPU-a-0"}])
+    db = tmp_path / "s.db"
+    con = store.connect(str(db))
+    store.load(con, frames, source="test")
+    # the open allocation ends where its node's samples end: day one costs 2 GPUs x 24 h, W47 nothing
+    assert _fleet(con, T0, T0 + pd.Timedelta(days=7))[0] == pytest.approx(PRICE * 2 * 24)
+    assert _fleet(con, T0 + pd.Timedelta(days=7), T0 + pd.Timedelta(days=14)) == (0.0, 0.0, 0.0)
+    con.close()
+    out = tmp_path / "report"
+    assert main(["report", "weekly", "--db", str(db), "--week", "2026-W47", "--min-coverage", "0", "--out", str(out)]) == 0
+    charge = pd.read_csv(out / "chargeback.csv")
+    assert charge["cost_usd"].sum() == 0.0

@@ -527,7 +527,11 @@ sampled AS (
     SELECT dev, first_s AS lo_s, last_s + step_s AS hi_s FROM run_steps
 ),
 node_end AS (
-    SELECT n.node, max(s.hi_s) AS hi_s FROM sampled s JOIN (SELECT DISTINCT dev, node FROM devs) n USING (dev) GROUP BY ALL
+    -- where each node's samples end, over all the data (not only the window's: an open allocation on a
+    -- node that stopped reporting last week must not bill this week), plus the median step of its streams
+    SELECT k.node, epoch(max(l.last_ts)) + coalesce(median(k.step_seconds), 60.0) AS hi_s
+    FROM (SELECT stream_id, max(ts) AS last_ts FROM stg_sample_rows GROUP BY stream_id) l
+    JOIN stg_streams k USING (stream_id) GROUP BY k.node
 ),
 held AS (
     -- allocations on the node: while a pod runs there, the node and so each of its GPUs exists (an open
