@@ -121,7 +121,7 @@ def test_every_total_says_what_is_unpriced_and_what_was_capped(tmp_path):
 def test_cent_rounding_is_bounded_whatever_reaches_it(values):
     """A price of 1e20 used to hang analyze (one loop turn per missing cent): now a DataError at once."""
     with pytest.raises(units.DataError, match="chargeback: an amount is not finite or above"):
-        chargeback.largest_remainder(values, total=sum(values))
+        chargeback.fleet_cents(values, fleet=sum(values), stranded=0.0)
 
 
 def test_a_pod_is_priced_by_its_own_gpus_model_not_its_nodes_other_one():

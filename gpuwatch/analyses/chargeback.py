@@ -134,34 +134,13 @@ def fleet_cents(parts: list[float], *, fleet: float, stranded: float) -> list[in
                               "(check the prices and allocations)")
     out = [cents(v) for v in parts] + [0, cents(stranded)]
     out[-2] = cents(fleet) - sum(out)
-    order = sorted(range(len(parts)), key=lambda i: (-out[i], i))
-    for k in range(-out[-2] if out[-2] < 0 and order else 0):
-        out[order[k % len(order)]] -= 1
-    out[-2] = max(out[-2], 0) if order else out[-2]
-    return out
+    if 0 < -out[-2] <= len(parts):  # rounding, at most a cent per part: taken from the largest parts
+        for i in sorted(range(len(parts)), key=lambda i: (-out[i], i))[:-out[-2]]:
+            out[i] -= 1
+        out[-2] = 0
+    return out  # more than rounding (parts above the fleet: a data problem) stays visible as negative
 
 
 # Above this many dollars a float no longer holds whole cents (2**53 cents): such an amount is bad data
 # (the store refuses absurd prices at load; this keeps analysis bounded whatever reaches it).
 MAX_USD = 1e13
-
-
-def largest_remainder(values: list[float], *, total: float) -> list[int]:
-    """Cents for each value, each within a cent of it, summing exactly to round(total, 2) in cents.
-
-    Bounded work whatever the input: a non-finite amount or one above ``MAX_USD`` is a DataError.
-    """
-    if not all(math.isfinite(v) and abs(v) <= MAX_USD for v in [*values, total]):
-        raise units.DataError(f"chargeback: an amount is not finite or above ${MAX_USD:,.0f} "
-                              "(check the prices and allocations)")
-    target = round(total * 100)
-    floors = [math.floor(v * 100) for v in values]
-    remainders = sorted(range(len(values)), key=lambda i: (-(values[i] * 100 - floors[i]), i))
-    missing = target - sum(floors)
-    if abs(missing) > len(values):  # exact arithmetic misses by at most one cent per value
-        raise units.DataError(f"chargeback: amounts out of range for cent rounding (total ${total:.6g}); "
-                              "check the prices and allocations")
-    for k in range(abs(missing)):
-        i = remainders[k % len(values)] if missing > 0 else remainders[-1 - k % len(values)]
-        floors[i] += 1 if missing > 0 else -1
-    return floors
