@@ -473,7 +473,7 @@ CREATE OR REPLACE VIEW stg_samples AS
 SELECT r.ts, k.node, k.gpu_uuid, k.mig_gi_id, k.namespace, k.pod, c.container,
        r.gpu_util, r.gr_engine_active, r.sm_active, r.sm_occupancy, r.tensor_active, r.dram_active,
        r.fb_used_bytes, r.power_watts, r.nvlink_tx_bytes_per_second, r.nvlink_rx_bytes_per_second,
-       r.ratio_clamped, k.device_key, r.reported, r.effective, k.team, k.gpu_share, k.usd_per_hour,
+       r.ratio_clamped, r.conflicted, k.device_key, r.reported, r.effective, k.team, k.gpu_share, k.usd_per_hour,
        r.in_series, r.dt_seconds, r.next_dt_seconds, r.prev_reported, r.prev_effective, r.next_reported,
        r.next_effective, CASE WHEN r.in_series THEN k.step_seconds END AS step_seconds, r.stream_id
 FROM stg_sample_rows r
