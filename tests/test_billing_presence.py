@@ -61,9 +61,11 @@ def test_one_day_of_data_is_billed_one_day_not_the_default_week():
     start, end = window(last, first_ts=first)
     assert (start, end) == (T0.to_pydatetime(), (T0 + pd.Timedelta(days=1)).to_pydatetime())
     expected = PRICE * (2 * 24 + 2 * 6)  # node b: its 6 hours (+ one step after its last sample: 06:00)
-    for lo in (start, end - timedelta(days=7)):  # the clipped window and the whole 7 days: same money
+    # the clipped window; the whole 7 days adds the one-step tolerance before the first samples (4 x 5 min)
+    for lo, extra in ((start, 0.0), (end - timedelta(days=7), PRICE * 4 * 5 / 60)):
         fleet, parts, series = _fleet(con, lo, end)
-        assert fleet == pytest.approx(expected) and parts == pytest.approx(expected) and series == pytest.approx(expected)
+        want = round(expected + extra, 2)
+        assert fleet == pytest.approx(want) and parts == pytest.approx(want) and series == pytest.approx(expected + extra)
     # the day after node b left: only node a's hours, node b not billed as unallocated
     assert _fleet(con, T0 + pd.Timedelta(hours=12), T0 + pd.Timedelta(hours=24))[0] == pytest.approx(PRICE * 2 * 12)
     # a week with no data at all bills nothing
@@ -72,7 +74,8 @@ def test_one_day_of_data_is_billed_one_day_not_the_default_week():
 
 def test_eighty_seconds_of_data_are_not_billed_as_an_hour():
     """Regression: ~80 s of data on a fresh Prometheus was billed as a whole hour, 14 minutes of it in
-    the future. Now: 15 s samples over 75 s cover 75 s + one step after the last."""
+    the future. Now: 15 s samples over 75 s cover 75 s + one step either side, the window starting at
+    the first sample's hour (the step before it falls outside)."""
     con = _loaded(_frames({"a": (10, 10 + 80 / 3600)}, step_s=15.0))
     first, last = store.data_range(con, now=datetime(2026, 11, 20))
     start, end = window(last, first_ts=first)
@@ -87,9 +90,9 @@ def test_a_gap_longer_than_the_tolerance_is_not_billed():
     hour = (samples["ts"] - T0).dt.total_seconds() / 3600
     frames["samples"] = samples[~((hour >= 5) & (hour < 10)) & ~((hour >= 15) & (hour < 15.5))]
     con = _loaded(frames)
-    # 24 h less the 5 hours without samples (the last before them, 04:55, stands for its step to 05:00);
-    # the 30-min outage is bridged
-    assert _fleet(con, T0, T0 + pd.Timedelta(days=1))[0] == pytest.approx(PRICE * 2 * 19)
+    # 24 h less the 5 hours without samples (04:55 stands for its step to 05:00, 10:00 for the step from
+    # 09:55): 4 h 55 min unbilled; the 30-min outage is bridged
+    assert _fleet(con, T0, T0 + pd.Timedelta(days=1))[0] == pytest.approx(round(PRICE * 2 * (19 + 5 / 60), 2))
 
 
 def test_the_end_keeps_the_latest_data_of_a_fleet_that_shrinks_overnight():

@@ -494,7 +494,7 @@ SELECT * FROM stg_samples WHERE in_series AND ts >= window_start AND ts < window
 -- then (docs/architecture.md#billing). Evidence: (1) its samples (any stream of the GPU, MIG instances
 -- and sharing pods included): samples at most presence_gap_seconds() apart are one run (a scrape outage,
 -- an exporter restart: the GPU was there), and a run covers its samples and one step (its median
--- interval) after its last, as observed cost counts a sample (samples x step); (2) the allocations the cluster reports on its node (pods file: while
+-- interval) either side: the documented tolerance; (2) the allocations the cluster reports on its node (pods file: while
 -- a pod runs on a node, the node and its GPUs exist). A GPU without evidence in the window (scaled away,
 -- not yet created) costs nothing there; no time past the data is billed. Node lifetimes are not in the
 -- data gpuwatch reads (kube_node_created is not collected), so samples and allocations are the evidence.
@@ -522,9 +522,11 @@ run_steps AS (
     FROM runs GROUP BY dev, run
 ),
 sampled AS (
-    -- each sample stands for one step after it (its run's median interval; one sample alone: 60 s), as
-    -- the observed cost counts it (samples x step): a run covers [first sample, last sample + step)
-    SELECT dev, first_s AS lo_s, last_s + step_s AS hi_s FROM run_steps
+    -- a run stands for one step (its median interval; one sample alone: 60 s) either side of its samples:
+    -- the GPU was there until the next scrape was due, and a sample counts a whole step wherever the
+    -- scrape fell in it (as observed cost and fleet_timeseries count it: a node scraped 17 s past the
+    -- minute is sampled for the whole minute, so never more sampled than present)
+    SELECT dev, first_s - step_s AS lo_s, last_s + step_s AS hi_s FROM run_steps
 ),
 node_end AS (
     -- where each node's samples end, over all the data (not only the window's: an open allocation on a
