@@ -5,6 +5,7 @@ unlabeled pods (hypothesis), on sample_data, and on the real Alibaba DLRM alloca
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pandas as pd
@@ -87,23 +88,35 @@ def test_chargeback_reconciles_for_random_fleets(prices, profile_share, pods):
     store.load(con, frames, source="hypothesis")
     charge = analyses.run(con, "chargeback", **params(T0, T0 + pd.Timedelta(days=7)))
     _check_reconciles(charge)
-    hours = _present_hours(pod_rows, lo=T0, hi=T0 + pd.Timedelta(days=7))
-    # a GPU costs money only while it is known to exist (here: while a pod holds it; its samples lie
-    # inside that), priced GPUs only, never the whole window for all six
+    hours = _present_hours(pod_rows, samples, lo=T0, hi=T0 + pd.Timedelta(days=7))
+    # a GPU costs money only while it is known to exist (its samples, pods on its node), priced GPUs
+    # only, never the whole window for all six
     expected_fleet = sum(prices[g % 2] * h for g, h in hours.items() if prices[g % 2] is not None)
     assert charge["fleet_cost_usd"].iloc[0] == round(expected_fleet, 2)
     _check_every_device_priced_or_reported(charge, prices=prices, pods=pod_rows, present=set(hours))
     con.close()
 
 
-def _present_hours(pods: list[dict], *, lo: pd.Timestamp, hi: pd.Timestamp) -> dict[int, float]:
-    """Per GPU index, the hours inside [lo, hi) some pod ran on its node (the union of their intervals),
-    computed apart from the SQL: the time the GPU is known to exist."""
+def _present_hours(pods: list[dict], samples: list[dict], *, lo: pd.Timestamp, hi: pd.Timestamp) -> dict[int, float]:
+    """Per GPU index, the hours inside [lo, hi) it is known to exist, computed apart from the SQL by the
+    documented rule: runs of its samples (gaps up to an hour bridged) widened by their median step on
+    either side, and the intervals of pods on its node."""
     out = {}
     for gpu in range(6):
-        spans = sorted((max(p["start_ts"], lo), min(p["end_ts"], hi)) for p in pods if p["node"] == f"n{gpu // 3}")
+        spans = [(p["start_ts"], p["end_ts"]) for p in pods if p["node"] == f"n{gpu // 3}"]
+        times = sorted({s["ts"] for s in samples if s["gpu_uuid"] == f"GPU-{gpu}"})
+        runs = [[times[0]]] if times else []
+        for t in times[1:]:
+            if (t - runs[-1][-1]).total_seconds() <= 3600:
+                runs[-1].append(t)
+            else:
+                runs.append([t])
+        for run in runs:
+            gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(run)]
+            step = pd.Timedelta(seconds=float(pd.Series(gaps).median()) if gaps else 60.0)
+            spans.append((run[0] - step, run[-1] + step))
         total, reach = 0.0, None
-        for a, b in spans:
+        for a, b in sorted((max(a, lo), min(b, hi)) for a, b in spans):
             if b <= a:
                 continue
             a = a if reach is None else max(a, reach)
