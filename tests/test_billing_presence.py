@@ -61,11 +61,9 @@ def test_one_day_of_data_is_billed_one_day_not_the_default_week():
     start, end = window(last, first_ts=first)
     assert (start, end) == (T0.to_pydatetime(), (T0 + pd.Timedelta(days=1)).to_pydatetime())
     expected = PRICE * (2 * 24 + 2 * 6)  # node b: its 6 hours (+ one step after its last sample: 06:00)
-    # the clipped window; the whole 7 days adds the one-step tolerance before the first samples (4 x 5 min)
-    for lo, extra in ((start, 0.0), (end - timedelta(days=7), PRICE * 4 * 5 / 60)):
+    for lo in (start, end - timedelta(days=7)):  # the clipped window and the whole 7 days: same money
         fleet, parts, series = _fleet(con, lo, end)
-        want = round(expected + extra, 2)
-        assert fleet == pytest.approx(want) and parts == pytest.approx(want) and series == pytest.approx(expected + extra)
+        assert fleet == pytest.approx(expected) and parts == pytest.approx(expected) and series == pytest.approx(expected)
     # the day after node b left: only node a's hours, node b not billed as unallocated
     assert _fleet(con, T0 + pd.Timedelta(hours=12), T0 + pd.Timedelta(hours=24))[0] == pytest.approx(PRICE * 2 * 12)
     # a week with no data at all bills nothing
@@ -74,8 +72,7 @@ def test_one_day_of_data_is_billed_one_day_not_the_default_week():
 
 def test_eighty_seconds_of_data_are_not_billed_as_an_hour():
     """Regression: ~80 s of data on a fresh Prometheus was billed as a whole hour, 14 minutes of it in
-    the future. Now: 15 s samples over 75 s cover 75 s + one step either side, the window starting at
-    the first sample's hour (the step before it falls outside)."""
+    the future. Now: 15 s samples over 75 s cover 75 s + one step after (none before the data)."""
     con = _loaded(_frames({"a": (10, 10 + 80 / 3600)}, step_s=15.0))
     first, last = store.data_range(con, now=datetime(2026, 11, 20))
     start, end = window(last, first_ts=first)

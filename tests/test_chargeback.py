@@ -100,7 +100,7 @@ def test_chargeback_reconciles_for_random_fleets(prices, profile_share, pods):
 def _present_hours(pods: list[dict], samples: list[dict], *, lo: pd.Timestamp, hi: pd.Timestamp) -> dict[int, float]:
     """Per GPU index, the hours inside [lo, hi) it is known to exist, computed apart from the SQL by the
     documented rule: runs of its samples (gaps up to an hour bridged) widened by their median step on
-    either side, and the intervals of pods on its node."""
+    either side (never before the data's first sample), and the intervals of pods on its node."""
     out = {}
     for gpu in range(6):
         spans = [(p["start_ts"], p["end_ts"]) for p in pods if p["node"] == f"n{gpu // 3}"]
@@ -114,7 +114,7 @@ def _present_hours(pods: list[dict], samples: list[dict], *, lo: pd.Timestamp, h
         for run in runs:
             gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(run)]
             step = pd.Timedelta(seconds=float(pd.Series(gaps).median()) if gaps else 60.0)
-            spans.append((run[0] - step, run[-1] + step))
+            spans.append((max(run[0] - step, min(s["ts"] for s in samples)), run[-1] + step))
         total, reach = 0.0, None
         for a, b in sorted((max(a, lo), min(b, hi)) for a, b in spans):
             if b <= a:

@@ -521,19 +521,24 @@ run_steps AS (
            coalesce(median(dt) FILTER (WHERE dt > 0 AND dt <= presence_gap_seconds()), 60.0) AS step_s
     FROM runs GROUP BY dev, run
 ),
+stream_range AS (
+    SELECT stream_id, min(ts) AS first_ts, max(ts) AS last_ts FROM stg_sample_rows GROUP BY stream_id
+),
 sampled AS (
     -- a run stands for one step (its median interval; one sample alone: 60 s) either side of its samples:
     -- the GPU was there until the next scrape was due, and a sample counts a whole step wherever the
     -- scrape fell in it (as observed cost and fleet_timeseries count it: a node scraped 17 s past the
-    -- minute is sampled for the whole minute, so never more sampled than present)
-    SELECT dev, first_s - step_s AS lo_s, last_s + step_s AS hi_s FROM run_steps
+    -- minute is sampled for the whole minute, so never more sampled than present); never before the
+    -- data's first sample (a wider window over the same data bills the same)
+    SELECT dev, greatest(first_s - step_s, (SELECT epoch(min(first_ts)) FROM stream_range)) AS lo_s,
+           last_s + step_s AS hi_s
+    FROM run_steps
 ),
 node_end AS (
     -- where each node's samples end, over all the data (not only the window's: an open allocation on a
     -- node that stopped reporting last week must not bill this week), plus the median step of its streams
     SELECT k.node, epoch(max(l.last_ts)) + coalesce(median(k.step_seconds), 60.0) AS hi_s
-    FROM (SELECT stream_id, max(ts) AS last_ts FROM stg_sample_rows GROUP BY stream_id) l
-    JOIN stg_streams k USING (stream_id) GROUP BY k.node
+    FROM stream_range l JOIN stg_streams k USING (stream_id) GROUP BY k.node
 ),
 held AS (
     -- allocations on the node: while a pod runs there, the node and so each of its GPUs exists (an open
