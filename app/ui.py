@@ -27,7 +27,7 @@ import gpuwatch.idle_bridge as idle_bridge
 import gpuwatch.recommendations as recommendations
 import gpuwatch.store as store
 import gpuwatch.units as units
-from gpuwatch.findings import csvfile, findings, observed_hours
+from gpuwatch.findings import csvfile, findings, observed_hours, too_small  # noqa: F401 (too_small: for the pages)
 from gpuwatch.findings import judgement as judgement_rules
 
 DB_ENV = "GPUWATCH_DB"
@@ -149,6 +149,11 @@ def price_caption(ctx: Context) -> str:
     parts = [f"{counts[k]} GPU model(s) at {k}" if k != "unpriced" else f"{counts[k]} GPU model(s) UNPRICED"
              for k in ("cluster prices", "list prices", "unpriced") if k in counts]
     return "Prices: " + (", ".join(parts) if parts else "no GPUs") + " (Chargeback lists them)."
+
+
+def chargeback_csv_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows as chargeback.csv holds them everywhere (no column repeating the fleet total)."""
+    return chargeback_analysis.csv_rows(frame)
 
 
 def chargeback_warnings(frame: pd.DataFrame) -> list[str]:

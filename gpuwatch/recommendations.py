@@ -147,7 +147,8 @@ def repack_mig(mig, *, prices=None, rate: RunRate, stranded_usd: float | None = 
     stranded_rows = [r for r in records(mig) if number(r.get("stranded_slices")) > 0]
     weights = {r["gpu_uuid"]: number(r["stranded_slices"]) / mig_geometry.MEMORY_SLICES * number(price.get(r.get("gpu_model")))
                for r in stranded_rows}
-    # the chargeback prices stranded capacity over the whole window: compare per hour
+    # the chargeback prices stranded capacity over the hours the GPUs existed (window_hours: the observed
+    # ones): compare per hour
     scale = (stranded_usd / max(window_hours, 1e-9) / max(sum(weights.values()), 1e-9)
              if stranded_usd is not None else 1.0)
     out = []

@@ -53,7 +53,7 @@ def test_an_unpriced_gpu_is_reported_not_charged_as_zero():
 def test_a_case_different_model_name_finds_its_price():
     con = _load(prices=[{"gpu_model": "nvidia h100 80gb hbm3 ", "usd_per_gpu_hour": 4.0},
                         {"gpu_model": "MYSTERY GPU", "usd_per_gpu_hour": 1.0}],
-                pods=[_pod("p", "n1", "GPU-a")])
+                pods=[_pod("p", "n1", "GPU-a"), _pod("q", "n2", "GPU-b")])  # both nodes known to exist
     charge = analyses.run(con, "chargeback", **WINDOW)
     assert charge["fleet_cost_usd"].iloc[0] == pytest.approx(50.0)
     assert not charge["kind"].isin(["unpriced", "unpriced_capacity"]).any()
@@ -121,7 +121,7 @@ def test_every_total_says_what_is_unpriced_and_what_was_capped(tmp_path):
 def test_cent_rounding_is_bounded_whatever_reaches_it(values):
     """A price of 1e20 used to hang analyze (one loop turn per missing cent): now a DataError at once."""
     with pytest.raises(units.DataError, match="chargeback: an amount is not finite or above"):
-        chargeback.largest_remainder(values, total=sum(values))
+        chargeback.fleet_cents(values, fleet=sum(values), stranded=0.0)
 
 
 def test_a_pod_is_priced_by_its_own_gpus_model_not_its_nodes_other_one():

@@ -56,6 +56,7 @@ def test_nodes_sampled_at_other_offsets_count_the_same_gpus_and_dollars(tmp_path
     for column in NUMBERS:
         assert window["moved"][column] == pytest.approx(window["aligned"][column], rel=1e-9), column
     assert window["aligned"]["gpus"] == pytest.approx(95.428571, abs=1e-6)  # 96 GPUs less unheld MIG slices
+    assert window["aligned"]["fleet_cost_usd"] == pytest.approx(62092.8, rel=1e-12)  # every GPU all week
 
 
 def test_not_sampled_is_the_fleet_less_what_the_samples_cover():

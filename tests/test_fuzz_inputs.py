@@ -171,14 +171,22 @@ def _chargeback_reconciles(con) -> None:
     fleet = charge["fleet_cost_usd"].iloc[0]
     assert round(priced["cost_usd"].sum(), 2) == round(fleet, 2)
     assert charge[charge["kind"].isin(["unpriced", "unpriced_capacity"])]["cost_usd"].isna().all()
-    devices = con.execute("SELECT count(DISTINCT (node, gpu_uuid)) FROM stg_devices").fetchall()[0][0]
+    # no device billed outside its evidence: a GPU present in the window has samples or a pod on its node
+    present = set(con.execute("SELECT DISTINCT node, gpu_uuid FROM stg_gpu_presence($lo, $hi) JOIN stg_gpus USING (node, gpu_uuid)",
+                              {"lo": window["start"], "hi": window["end"]}).fetchall())
+    evidence = set(con.execute("SELECT DISTINCT node, gpu_uuid FROM stg_streams UNION SELECT g.node, g.gpu_uuid "
+                               "FROM stg_gpus g JOIN stg_pods p USING (node) WHERE p.gpu_count > 0").fetchall())
+    assert present <= evidence
     unpriced = charge[charge["kind"] == "unpriced_capacity"]["pods"].sum()
     # a GPU's model is its whole-GPU row's where it has one (README: MIG instances do not reprice it)
-    priced_gpus = con.execute(
+    priced_gpus = sum(1 for node, gpu in present if con.execute(
         "WITH g AS (SELECT node, gpu_uuid, coalesce(min(gpu_model) FILTER (WHERE mig_gi_id IS NULL), min(gpu_model)) "
-        "AS gpu_model FROM stg_devices GROUP BY ALL) "
-        "SELECT count(*) FROM g JOIN stg_prices p ON p.model_key = model_key(g.gpu_model)").fetchall()[0][0]
-    assert priced_gpus + unpriced == devices  # every device is priced or reported unpriced
+        "AS gpu_model FROM stg_devices WHERE node = $n AND gpu_uuid = $g GROUP BY ALL) "
+        "SELECT count(*) FROM g JOIN stg_prices p ON p.model_key = model_key(g.gpu_model)",
+        {"n": node, "g": gpu}).fetchall()[0][0])
+    assert priced_gpus + unpriced == len(present)  # every device present is priced or reported unpriced
+    fleet_hours = charge.loc[charge["kind"] == "fleet", "gpu_hours"].sum() if "fleet" in set(charge["kind"]) else 0.0
+    assert fleet_hours <= len(present) * 1.0 + 1e-9  # none billed beyond the window
 
 
 GPU_LINE = re.compile(r'^(?:DCGM_FI_\w+|dcgm_gpu_utilization)\{gpu="0",UUID="(?P<uuid>[^"]*)",Hostname="(?P<host>[^"]*)"')

@@ -21,6 +21,7 @@ from typing import ClassVar
 
 import pytest
 
+from tests.support.bundles import SAMPLE_DATA
 from tests.support.helm_chart import CHART
 
 GPUWATCH = f"{sys.executable} -m gpuwatch"
@@ -119,16 +120,42 @@ def write_chargeback(path, rows):
 def test_report_webhook_posts_totals_per_team(tmp_path, webhook):
     url, received = webhook
     write_chargeback(tmp_path / "chargeback.csv", [
-        {"team": "ml", "namespace": "ml", "total_usd": "100.50", "idle_usd": "40"},
-        {"team": "ml", "namespace": "ml-dev", "total_usd": "20", "idle_usd": "20"},
-        {"team": "", "namespace": "search", "total_usd": "300", "idle_usd": ""}])
+        {"period": "2026-W46", "team": "ml", "namespace": "ml", "cost_usd": "100.50", "idle_usd": "40", "total_usd": "9"},
+        {"period": "2026-W46", "team": "ml", "namespace": "ml-dev", "cost_usd": "20", "idle_usd": "20", "total_usd": "9"},
+        {"period": "2026-W46", "team": "", "namespace": "search", "cost_usd": "300", "idle_usd": "", "total_usd": "9"}])
     script = load("report_webhook")
     assert script.main(["--dir", str(tmp_path)], environ={script.URL_ENV: url}) == 0
     (content_type, body), = received
     assert content_type == "application/json"
     lines = body["text"].splitlines()
-    assert lines[0] == "gpuwatch weekly GPU report: total_usd $420.50, idle_usd $60.00"
-    assert lines[1:] == ["- search: $300.00 (total_usd)", "- ml: $120.50 (total_usd)"]
+    # only the columns known to add up are totalled (total_usd, unknown, is not)
+    assert lines[0] == "gpuwatch weekly GPU report 2026-W46: fleet cost $420.50, idle $60.00"
+    assert lines[1:] == ["- search: $300.00", "- ml: $120.50"]
+
+
+def test_report_webhook_posts_the_fleet_cost_of_a_real_report(tmp_path, webhook):
+    """Regression (issue 31, item 10): the webhook summed every *_usd column of chargeback.csv, one of
+    which (fleet_cost_usd) repeated the fleet total on every row: it posted 13x the fleet cost. Here on
+    the real `gpuwatch report weekly` of sample_data: the posted fleet cost is the report's, to the cent,
+    and no column of chargeback.csv repeats one value on every row while summing it is the natural act."""
+    from gpuwatch.cli import main
+
+    db, out = tmp_path / "s.db", tmp_path / "report"
+    assert main(["ingest", "--from", str(SAMPLE_DATA), "--db", str(db)]) == 0
+    assert main(["report", "weekly", "--db", str(db), "--out", str(out)]) == 0
+    url, received = webhook
+    script = load("report_webhook")
+    assert script.main(["--dir", str(out)], environ={script.URL_ENV: url}) == 0
+    headline = received[0][1]["text"].splitlines()[0]
+    assert headline.startswith("gpuwatch weekly GPU report 2026-W46: fleet cost $62,092.80, productive $")
+    with (out / "chargeback.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    fleet_html = (out / "fleet.html").read_text()
+    assert "$62,092.80" in fleet_html
+    for column in rows[0]:
+        if column.endswith("_usd"):  # a money column adds up: it never holds the same total on every row
+            values = {r[column] for r in rows if r[column]}
+            assert len(values) > 1, column
 
 
 def test_report_webhook_fails_clearly(tmp_path, webhook):

@@ -278,7 +278,7 @@ def test_spend_by_a_pod_label(sample_db, tmp_path):
     lines = skeleton((out / "fleet.html").read_text()).splitlines()
     start = lines.index("Spend by pod label cost_center")
     rows = {cells[1]: cells[3] for cells in (line.split("|") for line in lines[start + 2:start + 6])}
-    assert rows == {"cc-100": "$15,294.33", "cc-200": "$8,275.64", "cc-300": "$7,797.19", "cc-900": "$5,611.84"}
+    assert rows == {"cc-100": "$15,294.33", "cc-200": "$8,275.64", "cc-300": "$7,797.16", "cc-900": "$5,611.85"}
     csv = pd.read_csv(out / "chargeback.csv")
     assert set(csv.loc[csv["kind"] == "team", "group_value"]) == {"cc-100", "cc-200", "cc-300", "cc-900"}
     assert cli.main(["report", "weekly", "--db", str(sample_db), "--out", str(out), "--group-by", "a b"]) == 2

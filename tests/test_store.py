@@ -62,11 +62,13 @@ def test_a_full_refresh_merges_every_kind_of_duplicate_and_only_its_node(con, pa
                           "HAVING count(*) > 1)").fetchone()[0]
     assert doubled == 0 and len(stg[stg["node"] == "n2"]) == 3
     merged = stg[(stg["node"] == "n1") & (stg["ts"] == t[1])].iloc[-1]
-    assert merged["gpu_util"] == 0.4  # max() keeps the larger of two readings and a known one over NULL
-    if pair == "series":
-        assert merged["sm_active"] == 0.1 and list(stg[stg["node"] == "n1"]["dt_seconds"].fillna(-1)) == [-1, 60, 60]
-    if pair == "with and without a reading":
-        assert merged["fb_used_bytes"] == 5.0 and bool(merged["in_series"])
+    if pair == "with and without a reading":  # a known value wins over NULL
+        assert merged["gpu_util"] == 0.4 and merged["fb_used_bytes"] == 5.0 and bool(merged["in_series"])
+        assert not merged["conflicted"]
+    else:  # 0.2 and 0.4: a conflict is unknown, never the max (docs/architecture.md#billing)
+        assert pd.isna(merged["gpu_util"]) and bool(merged["conflicted"]) and not bool(merged["in_series"])
+    if pair == "series":  # the unknown sample leaves the series: t0 and t2 are 120 s apart
+        assert merged["sm_active"] == 0.1 and list(stg[stg["node"] == "n1"]["dt_seconds"].fillna(-1)) == [-1, -1, 120]
 
 
 def test_a_sample_sent_with_several_containers_shows_the_greatest_known_one(con, monkeypatch):
@@ -282,14 +284,18 @@ def test_a_store_from_0_1_0_is_restaged_when_opened(tmp_path):
 
 def test_one_device_far_ahead_does_not_move_the_end_of_the_data(con):
     """Regression: the default window ended at max(ts), so one device a day ahead (clock skew, a
-    unit slip that still passes the range check) moved "the last 7 days" past everyone's data."""
+    unit slip that still passes the range check) moved "the last 7 days" past everyone's data. The
+    guard is the analysis' own clock (issue 31, item 2): a sample dated after it is left out and
+    reported, and no share of the devices decides the end."""
     rows = [{"ts": T0 + pd.Timedelta(minutes=m), "gpu_uuid": f"GPU-{g}", "gpu_util": 0.5}
             for g in range(12) for m in range(3)]
     rows.append({"ts": T0 + pd.Timedelta(hours=20), "gpu_uuid": "GPU-0", "gpu_util": 0.5})
     store.load(con, {"samples": _samples(rows)}, source="test")
-    first, last = store.data_range(con)
+    now = (T0 + pd.Timedelta(minutes=2, seconds=30)).to_pydatetime()
+    first, last = store.data_range(con, now=now)
     assert first == T0
     assert last == T0 + pd.Timedelta(minutes=2)
+    assert store.ahead_of_clock(con, now=now) == (1, 1, (T0 + pd.Timedelta(hours=20)).to_pydatetime())
 
 
 def test_a_load_replaces_only_the_series_it_carries(con):

@@ -101,7 +101,7 @@ st.caption("Per GPU model: the cluster's own price (bundle prices.csv, `ingest -
            "prices.models), else gpuwatch's dated list price where `ingest --prices list` enabled it, else unpriced.")
 ui.table(ui.prices(ctx), "prices_applied", empty="No GPUs in the store.")
 if ctx.scope is not None:  # a team view: the team's rows only
-    st.download_button("Download chargeback.csv (your teams' rows)", ui.csvfile.to_csv(teams).encode(),
+    st.download_button("Download chargeback.csv (your teams' rows)", ui.csvfile.to_csv(ui.chargeback_csv_rows(teams)).encode(),
                        file_name="chargeback.csv", mime="text/csv", key="csv_chargeback_my_teams")
     st.stop()
 st.subheader("Fleet: unallocated and stranded")
@@ -112,5 +112,5 @@ if not problems.empty:
     ui.table(ui.for_teams(ctx, problems)[["kind", "team", "namespace", "gpu_hours", "pods"]], "chargeback_problems",
              empty="No unpriced or over-allocated GPU-hours for the selected teams.")
 st.download_button("Download chargeback.csv (all rows, as in the weekly report)",
-                   ui.csvfile.to_csv(frame).encode(), file_name="chargeback.csv", mime="text/csv",
+                   ui.csvfile.to_csv(ui.chargeback_csv_rows(frame)).encode(), file_name="chargeback.csv", mime="text/csv",
                    key="csv_chargeback_all")

@@ -32,7 +32,7 @@ cols = st.columns(5)
 hardware = frames["unhealthy_gpu"][frames["unhealthy_gpu"]["severity"] == "hardware"]
 cols[0].metric("Failing GPUs under pods", f"{hardware.loc[hardware['pods'].fillna('') != '', 'gpu_uuid'].nunique()}",
                help="GPUs with hardware-class health events while pods held them.")
-cols[1].metric("Burnt by too-small slices", ui.money(mismatch["usd_burnt"].sum()),
+cols[1].metric("Burnt by too-small slices", ui.money(ui.too_small(mismatch)["usd_burnt"].sum()),
                help="GPU time of runs that failed at their device's memory limit.")
 cols[2].metric("Memory held by no pod", ui.money(frames["orphaned_memory"]["usd_unusable"].sum()),
                help="Cost of devices unusable because a process outlived its pod.")

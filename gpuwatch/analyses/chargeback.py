@@ -1,12 +1,14 @@
 """Chargeback's finisher: stranded MIG cost, the unallocated remainder, and rounding to the cent.
 
-Every part (each team's productive / false-util / idle / unobserved, the fleet's unallocated and
-stranded) is rounded with the largest-remainder method, so the rounded parts add up exactly to the
-rounded fleet cost (docs/architecture.md#finding-semantics: "Σ of all parts = fleet cost, to the cent").
+Each pod's parts are rounded to the cent once, in the SQL (staging.sql's usd_cents, as idle_hoarding and
+false_utilization round the same pod's figures); a team's parts are sums of those cents, the stranded cost
+is rounded by the same rule, and unallocated is the remainder, so the parts add up exactly to the rounded
+fleet cost (docs/architecture.md#finding-semantics: "Σ of all parts = fleet cost, to the cent").
 """
 
 from __future__ import annotations
 
+import decimal
 import math
 from typing import Any
 
@@ -25,10 +27,7 @@ def finish(con: Any, frame, params: dict):
     fleet = float(fleet_row["amount_usd"])
     teams = frame[frame["kind"] == "team"].reset_index(drop=True)
     stranded, stranded_hours = stranded_usd(con, frame[frame["kind"] == "mig_free"], params)
-    allocated = float(teams[list(PARTS)].to_numpy().sum()) if len(teams) else 0.0
-    unallocated = fleet - allocated - stranded
-    leaves = [float(x) for x in teams[list(PARTS)].to_numpy().ravel()] + [unallocated, stranded]
-    cents = largest_remainder(leaves, total=fleet)
+    cents = fleet_cents([float(x) for x in teams[list(PARTS)].to_numpy().ravel()], fleet=fleet, stranded=stranded)
     teams[list(PARTS)] = [[c / 100 for c in cents[i * 4:(i + 1) * 4]] for i in range(len(teams))] or None
     # GPU-hours on every row: the fleet's priced GPU-hours less the teams' and the stranded ones
     # (fsum: exact whatever the order, so the difference does not wobble with DuckDB's parallel sums)
@@ -50,6 +49,18 @@ def finish(con: Any, frame, params: dict):
     out["share_of_fleet"] = out["cost_usd"] / fleet if fleet else math.nan
     out = out.sort_values(["kind", "cost_usd", "team", "namespace"], ascending=[False, False, True, True], kind="stable")
     return out[list(COLUMNS)].reset_index(drop=True)
+
+
+# Columns that repeat one total on every row: kept in the frame (the pages read the fleet cost from it),
+# left out of every chargeback.csv (analyze, the weekly report, the app's downloads), where summing a
+# column is the natural act (a sum of fleet_cost_usd was the fleet cost times the rows; the fleet cost is
+# the sum of cost_usd).
+REPEATED_TOTALS = ("fleet_cost_usd",)
+
+
+def csv_rows(frame):
+    """The chargeback frame as chargeback.csv holds it: every column a row's own figure, none repeating a total."""
+    return frame.drop(columns=[c for c in REPEATED_TOTALS if c in frame.columns])
 
 
 # Rows that carry GPU-hours but no dollars: never $0 inside a team, never part of the fleet cost.
@@ -111,27 +122,31 @@ def stranded_usd(con: Any, mig_free, params: dict) -> tuple[float, float]:
             math.fsum(joined["gpu_hours"].astype(float).fillna(0.0) * share))
 
 
+def cents(amount: float) -> int:
+    """``amount`` in whole cents, rounded as staging.sql's usd_cents rounds a pod's figure (half to even
+    on the amount to 9 decimals): the one rounding rule of every dollar gpuwatch shows."""
+    return int(decimal.Decimal(repr(round(amount, 9))).quantize(decimal.Decimal("0.01"),
+                                                                rounding=decimal.ROUND_HALF_EVEN) * 100)
+
+
+def fleet_cents(parts: list[float], *, fleet: float, stranded: float) -> list[int]:
+    """Cents of the teams' parts (already whole cents: each pod's rounded once in the SQL), then the
+    unallocated and the stranded cost, summing exactly to the fleet cost in cents. Unallocated is the
+    remainder, so no team figure moves to make the sum work; only where the pods' rounded cents exceed
+    the fleet (a fully allocated fleet, at most half a cent per pod) are those cents taken back from the
+    largest parts, one each, unallocated 0. DataError for a non-finite or absurd amount."""
+    if not all(math.isfinite(v) and abs(v) <= MAX_USD for v in [*parts, fleet, stranded]):
+        raise units.DataError(f"chargeback: an amount is not finite or above ${MAX_USD:,.0f} "
+                              "(check the prices and allocations)")
+    out = [cents(v) for v in parts] + [0, cents(stranded)]
+    out[-2] = cents(fleet) - sum(out)
+    if 0 < -out[-2] <= len(parts):  # rounding, at most a cent per part: taken from the largest parts
+        for i in sorted(range(len(parts)), key=lambda i: (-out[i], i))[:-out[-2]]:
+            out[i] -= 1
+        out[-2] = 0
+    return out  # more than rounding (parts above the fleet: a data problem) stays visible as negative
+
+
 # Above this many dollars a float no longer holds whole cents (2**53 cents): such an amount is bad data
 # (the store refuses absurd prices at load; this keeps analysis bounded whatever reaches it).
 MAX_USD = 1e13
-
-
-def largest_remainder(values: list[float], *, total: float) -> list[int]:
-    """Cents for each value, each within a cent of it, summing exactly to round(total, 2) in cents.
-
-    Bounded work whatever the input: a non-finite amount or one above ``MAX_USD`` is a DataError.
-    """
-    if not all(math.isfinite(v) and abs(v) <= MAX_USD for v in [*values, total]):
-        raise units.DataError(f"chargeback: an amount is not finite or above ${MAX_USD:,.0f} "
-                              "(check the prices and allocations)")
-    target = round(total * 100)
-    floors = [math.floor(v * 100) for v in values]
-    remainders = sorted(range(len(values)), key=lambda i: (-(values[i] * 100 - floors[i]), i))
-    missing = target - sum(floors)
-    if abs(missing) > len(values):  # exact arithmetic misses by at most one cent per value
-        raise units.DataError(f"chargeback: amounts out of range for cent rounding (total ${total:.6g}); "
-                              "check the prices and allocations")
-    for k in range(abs(missing)):
-        i = remainders[k % len(values)] if missing > 0 else remainders[-1 - k % len(values)]
-        floors[i] += 1 if missing > 0 else -1
-    return floors

@@ -10,7 +10,9 @@
 -- "<model>/<profile>" price row exists; time-sliced: gpu_count), or its observed samples when the
 -- pods file lacks it. Observed time splits into idle / false-util / productive (same tests as
 -- idle_hoarding and false_utilization); allocated time without samples is `unobserved`.
--- Fleet cost = every GPU in the devices file x its price x the window. This SQL yields per-team rows,
+-- Fleet cost = every GPU in the devices file x its price x the time it is known to exist in the window
+-- (stg_gpu_presence: its samples, or allocations on it; docs/architecture.md#billing), never the whole
+-- window for a GPU that was not there. This SQL yields per-team rows,
 -- one `fleet` row and one `mig_free` row per MIG GPU (its uninstantiated capacity); chargeback.py
 -- takes the stranded part of that from mig_fragmentation, leaves the rest unallocated, and rounds
 -- every part to the cent with largest remainders so the parts sum exactly to the fleet cost.
@@ -20,7 +22,7 @@
 -- allocations that together claim more of one GPU (or of one MIG profile's instances on it) than it
 -- holds are scaled down pro rata for the over-claimed time; either excess is an `over_allocated`
 -- row (a data problem, not a charge); an allocation with no end
--- whose node stopped reporting (no sample in the data's last 15 minutes) ends at its node's last sample.
+-- ends where its node's samples end (its last sample + its step), never past the data into the window's end.
 WITH per_stream AS (
     -- count by the integer stream id first (a stream's samples share one step, share and price), from
     -- the hourly rollup's stored hours where current (store/rollup.sql: the same counts)
@@ -47,13 +49,10 @@ observed AS (
 stream_last AS (
     SELECT stream_id, max(ts) AS last_ts FROM stg_sample_rows GROUP BY stream_id
 ),
-node_last AS (
-    SELECT k.node, max(l.last_ts) AS last_ts FROM stream_last l JOIN stg_streams k USING (stream_id) GROUP BY k.node
-),
 vanished AS (
-    -- nodes that stopped reporting before the data's end: their open allocations end there
-    SELECT node, last_ts FROM node_last
-    WHERE last_ts < (SELECT max(last_ts) FROM node_last) - INTERVAL 15 MINUTE
+    -- where each node's samples end (its last sample + the median step of its streams): its open allocations end there
+    SELECT k.node, max(l.last_ts) + to_seconds(coalesce(median(k.step_seconds), 60.0)) AS last_ts
+    FROM stream_last l JOIN stg_streams k USING (stream_id) GROUP BY k.node
 ),
 window_part AS (
     -- the part of each allocation inside the window
@@ -134,9 +133,12 @@ per_pod AS (
     WHERE coalesce(a.seconds, 0) > 0 OR o.pod IS NOT NULL
 ),
 teams AS (
+    -- each pod's parts rounded to the cent once (usd_cents: as idle_hoarding and false_utilization round
+    -- the same pod's figures), so a team's parts are sums of its pods' cents whatever the grouping
     SELECT CASE WHEN unpriced THEN 'unpriced' ELSE 'team' END AS kind, team, namespace, exact_sum(gpu_hours) AS gpu_hours,
-           exact_sum(productive_usd) AS productive_usd, exact_sum(false_util_usd) AS false_util_usd, exact_sum(idle_usd) AS idle_usd,
-           exact_sum(allocated_usd - observed_usd) AS unobserved_usd, count(*) AS pods,
+           exact_sum(usd_cents(productive_usd)) AS productive_usd, exact_sum(usd_cents(false_util_usd)) AS false_util_usd,
+           exact_sum(usd_cents(idle_usd)) AS idle_usd,
+           exact_sum(usd_cents(allocated_usd - observed_usd)) AS unobserved_usd, count(*) AS pods,
            CAST(NULL AS VARCHAR) AS node, CAST(NULL AS VARCHAR) AS gpu_uuid, CAST(NULL AS DOUBLE) AS amount_usd,
            group_value, cluster_of(namespace) AS cluster
     FROM per_pod
@@ -148,10 +150,13 @@ over_allocated AS (
     FROM per_pod WHERE over_gpu_hours > 0
     GROUP BY team, namespace, group_value
 ),
+present AS (
+    SELECT node, gpu_uuid, sum(hi_s - lo_s) / 3600.0 AS hours FROM stg_gpu_presence($start, $end) GROUP BY ALL
+),
 priced AS (
-    SELECT g.*, g.usd_per_gpu_hour * (epoch($end::TIMESTAMP) - epoch($start::TIMESTAMP)) / 3600.0 AS window_usd,
-           (epoch($end::TIMESTAMP) - epoch($start::TIMESTAMP)) / 3600.0 AS window_hours
-    FROM stg_gpus g
+    -- each GPU over the time it is known to exist in the window (stg_gpu_presence), not the whole window
+    SELECT g.*, g.usd_per_gpu_hour * p.hours AS window_usd, p.hours AS window_hours
+    FROM stg_gpus g JOIN present p USING (node, gpu_uuid)
 ),
 fleet AS (
     SELECT 'fleet' AS kind, NULL AS team, NULL AS namespace, exact_sum(CASE WHEN window_usd IS NOT NULL THEN window_hours END),

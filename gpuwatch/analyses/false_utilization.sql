@@ -25,8 +25,8 @@ per_pod AS (
            exact_sum(s.known_n * k.step_seconds * k.gpu_share) / 3600.0 AS judged_gpu_hours,
            exact_sum(s.false_n * k.step_seconds) / nullif(exact_sum(s.known_n * k.step_seconds), 0) AS false_share,
            exact_sum(s.gap_sum) / nullif(exact_sum(s.false_n), 0) AS mean_gap,
-           exact_sum(s.false_n * k.step_seconds * k.usd_per_hour) / 3600.0 AS false_util_cost_usd,
-           exact_sum(s.gap_sum * k.step_seconds * k.usd_per_hour) / 3600.0 AS gap_cost_usd,
+           usd_cents(exact_sum(s.false_n * k.step_seconds * k.usd_per_hour) / 3600.0) AS false_util_cost_usd,
+           usd_cents(exact_sum(s.gap_sum * k.step_seconds * k.usd_per_hour) / 3600.0) AS gap_cost_usd,
            exact_sum(s.reported_known_sum) / nullif(exact_sum(s.known_n), 0) AS mean_reported,
            -- effective is known exactly on the known rows
            exact_sum(s.effective_sum) / nullif(exact_sum(s.known_n), 0) AS mean_effective,

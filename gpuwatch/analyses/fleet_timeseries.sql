@@ -3,9 +3,9 @@
 -- columns: scope, bucket_start, gpus, allocated_busy_gpus, allocated_idle_gpus, unallocated_gpus, reported_util, effective_util, cost_usd, busy_cost_usd, idle_cost_usd, unallocated_cost_usd, fleet_gpus, fleet_cost_usd, not_sampled_gpus, not_sampled_cost_usd
 -- scope 'bucket' rows: one per bucket (buckets start at $start); one scope 'window' row: the whole
 -- window's totals (bucket_start = $start), from the same scan.
--- fleet_gpus / fleet_cost_usd: every GPU in stg_gpus (priced ones for the cost) over the bucket's
--- part of the window, the chargeback's fleet cost definition, so the window row's fleet_cost_usd
--- is chargeback's fleet cost; not_sampled_* = fleet minus what the samples cover (scrape gaps,
+-- fleet_gpus / fleet_cost_usd: every GPU in stg_gpus (priced ones for the cost) over the time it is
+-- known to exist in the bucket (stg_gpu_presence; fleet_gpus is the bucket average), the chargeback's
+-- fleet cost definition, so the window row's fleet_cost_usd is chargeback's fleet cost; not_sampled_* = fleet minus what the samples cover (scrape gaps,
 -- MIG capacity no instance holds), so a chart stacking the parts totals the fleet.
 -- Each sample stands for its stream's step of stg_samples.gpu_share of a GPU (a MIG instance its
 -- slices / 7, a time-sliced replica its share) at stg_samples.usd_per_hour. A stream's step is its series
@@ -76,8 +76,24 @@ grouped AS (
     FROM classified c
     GROUP BY GROUPING SETS ((c.bucket), ())
 ),
+present AS (
+    -- each GPU's spans of known existence (stg_gpu_presence), cut into the buckets they overlap
+    SELECT g.usd_per_gpu_hour, p.lo_s, p.hi_s FROM stg_gpu_presence($start, $end) p JOIN stg_gpus g USING (node, gpu_uuid)
+),
+fleet_parts AS (
+    SELECT CAST(b.b AS BIGINT) AS bucket,
+           least(p.hi_s, epoch($start::TIMESTAMP) + (b.b + 1) * $bucket_seconds)
+               - greatest(p.lo_s, epoch($start::TIMESTAMP) + b.b * $bucket_seconds) AS seconds, p.usd_per_gpu_hour
+    FROM present p,
+         range(CAST(floor((p.lo_s - epoch($start::TIMESTAMP)) / $bucket_seconds) AS BIGINT),
+               CAST(ceil((p.hi_s - epoch($start::TIMESTAMP)) / $bucket_seconds) AS BIGINT)) b(b)
+),
 fleet AS (
-    SELECT count(*) AS gpus, exact_sum(usd_per_gpu_hour) AS usd_per_hour FROM stg_gpus
+    SELECT CASE WHEN grouping(bucket) = 1 THEN 'window' ELSE 'bucket' END AS scope,
+           $start::TIMESTAMP + to_seconds(coalesce(bucket, 0) * $bucket_seconds) AS bucket_start,
+           exact_sum(seconds) AS gpu_seconds, coalesce(exact_sum(seconds * usd_per_gpu_hour), 0) / 3600.0 AS fleet_usd
+    FROM fleet_parts WHERE seconds > 0
+    GROUP BY GROUPING SETS ((bucket), ())
 ),
 all_buckets AS (
     -- every bucket of the window, sampled or not (the fleet costs money in a bucket without samples);
@@ -108,12 +124,10 @@ final AS (
            coalesce(usd_busy, 0) AS busy_cost_usd,
            coalesce(usd_idle, 0) AS idle_cost_usd,
            coalesce(usd_free, 0) AS unallocated_cost_usd,
-           fleet.gpus AS fleet_gpus,
-           coalesce(fleet.usd_per_hour, 0) * covered_seconds / 3600.0 AS fleet_cost_usd,
-           -- fleet.gpus, not the alias gpus: a column of the FROM clause wins over a select alias
-           fleet.gpus - w / span_seconds AS not_sampled_gpus,
+           coalesce(f.gpu_seconds, 0) / span_seconds AS fleet_gpus,
+           coalesce(f.fleet_usd, 0) AS fleet_cost_usd,
+           fleet_gpus - w / span_seconds AS not_sampled_gpus,
            fleet_cost_usd - cost_usd AS not_sampled_cost_usd
-    FROM (SELECT *, least(span_seconds, epoch($end::TIMESTAMP) - epoch(bucket_start)) AS covered_seconds FROM filled)
-    CROSS JOIN fleet
+    FROM filled LEFT JOIN fleet f USING (scope, bucket_start)
 )
 SELECT * FROM final ORDER BY scope, bucket_start

@@ -96,8 +96,8 @@ per_pod AS (
            exact_sum(idle_seconds) / nullif(exact_sum(idle_seconds + busy_seconds), 0) AS idle_share,
            max(idle_seconds + busy_seconds) AS observed_seconds,
            max(max_fb_idle) AS max_fb_used_bytes_idle,
-           exact_sum(idle_seconds * usd_per_hour) / 3600.0 AS idle_cost_usd,
-           exact_sum((idle_seconds + busy_seconds) * usd_per_hour) / 3600.0 AS observed_cost_usd,
+           usd_cents(exact_sum(idle_seconds * usd_per_hour) / 3600.0) AS idle_cost_usd,
+           usd_cents(exact_sum((idle_seconds + busy_seconds) * usd_per_hour) / 3600.0) AS observed_cost_usd,
            -- a multi-GPU pod is reclaimable only when every one of its devices is
            bool_and(reclaimable) AS reclaimable_now,
            coalesce(bool_and(held_at_end), FALSE) AS held_at_end,

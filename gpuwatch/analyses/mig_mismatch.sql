@@ -135,7 +135,7 @@ per_pod AS (
            arg_max(pod, [fullest.share, -fullest.stream_id]) AS pod,
            arg_max(fullest, [fullest.share, -fullest.stream_id]) AS fullest,
            exact_sum(burnt_seconds * gpu_share) / 3600.0 AS gpu_hours_burnt,
-           CASE WHEN bool_and(usd_per_hour IS NOT NULL) THEN exact_sum(burnt_seconds * usd_per_hour) / 3600.0 END AS usd_burnt,
+           CASE WHEN bool_and(usd_per_hour IS NOT NULL) THEN usd_cents(exact_sum(burnt_seconds * usd_per_hour) / 3600.0) END AS usd_burnt,
            min(ended_at) AS first_failure, max(ended_at) AS last_failure
     FROM burnt
     GROUP BY namespace, group_key, cause

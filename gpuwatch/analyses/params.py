@@ -110,13 +110,18 @@ def check(thresholds: dict[str, float]) -> None:
 
 
 def window(last_ts: datetime | None, *, length: timedelta = timedelta(days=7),
-           end: datetime | None = None) -> tuple[datetime, datetime]:
+           end: datetime | None = None, first_ts: datetime | None = None) -> tuple[datetime, datetime]:
     """The analysis window [start, end): ``end`` defaults to the hour after the last data point
-    (DataError when there is none: an empty store is bad data, exit 1, not a traceback)."""
+    (DataError when there is none: an empty store is bad data, exit 1, not a traceback); a default
+    ``end`` is clipped to the data at the start too: never before ``first_ts``'s hour (the app's time
+    range does the same), so one day of data is a one-day window, not a week the fleet is billed for.
+    (Money never depends on it: each GPU costs only while it is known to exist, stg_gpu_presence.)"""
     if end is None:
         if last_ts is None:
             raise units.DataError("the store holds no samples or pods: nothing to analyse (ingest a bundle first)")
         end = _next_hour(last_ts)
+        if first_ts is not None:
+            return max(end - length, min(first_ts.replace(minute=0, second=0, microsecond=0), end)), end
     return end - length, end
 
 

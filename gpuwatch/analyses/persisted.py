@@ -18,13 +18,17 @@ import hashlib
 import json
 from typing import Any
 
+from gpuwatch.store.staged import script
+
 INDEX = "analysis_results"
 
 
 def key(name: str, sql: str, bound: dict[str, Any]) -> str:
-    """Stable id of (analysis, SQL text, bound params): a change to any of them is a different result."""
+    """Stable id of (analysis, SQL text, bound params, staging.sql): a change to any of them is a different
+    result (staging.sql's macros, e.g. what a GPU costs or how a pod's cents round, are part of every
+    analysis: a gpuwatch upgrade that changes them must not serve results stored by the old ones)."""
     params = json.dumps({k: _plain(v) for k, v in sorted(bound.items())}, sort_keys=True)
-    return hashlib.sha256(f"{name}\n{sql}\n{params}".encode()).hexdigest()[:16]
+    return hashlib.sha256(f"{name}\n{sql}\n{params}\n{script('staging.sql')}".encode()).hexdigest()[:16]
 
 
 def version(con: Any) -> str:

@@ -30,7 +30,7 @@ per_pod AS (
            max(s.max_fb_used_bytes) AS max_fb_used_bytes,
            exact_sum(s.reported_sum) / nullif(exact_sum(s.reported_n), 0) AS mean_reported,
            exact_sum(s.effective_sum) / nullif(exact_sum(s.effective_n), 0) AS mean_effective,
-           exact_sum(s.samples * k.step_seconds * k.usd_per_hour) / 3600.0 AS cost_usd,
+           usd_cents(exact_sum(s.samples * k.step_seconds * k.usd_per_hour) / 3600.0) AS cost_usd,
            min(k.node) AS series_node
     FROM per_stream s
     JOIN stg_streams k USING (stream_id)

@@ -89,6 +89,13 @@ def inputs(name: str) -> dict[str, str]:
     return {k: v for k, v in NEEDS.get(name, {}).items() if not v.startswith((SIGNAL, PARTIAL))}
 
 
+def too_small(mismatch: Any) -> Any:
+    """The mig_mismatch rows every "too small" figure counts ("MIG/GPU too small" in the CLI, "Burnt by
+    too-small slices" in the app): runs that failed at their device's memory limit (cause gpu_memory).
+    OOMKilled runs (host_memory) ran out of the node's memory, not the slice's: never in that figure."""
+    return mismatch[mismatch["cause"] == "gpu_memory"]
+
+
 def observed_hours(coverage: Any, start: Any, end: Any) -> float | None:
     """Hours of [start, end) the store holds samples for (first sample .. one step past the last), or
     None when unknown (no coverage frame or no samples)."""
@@ -105,12 +112,15 @@ def observed_hours(coverage: Any, start: Any, end: Any) -> float | None:
 def _recommend(params: dict[str, Any], *, chargeback: Any = None, coverage: Any = None, **frames: Any):
     failures = {name: frames.pop(name, None) for name in FAILURES}
     placement, blocked = frames.pop("topology_placement", None), frames.pop("blocked_demand", None)
-    hours = (params["end"] - params["start"]).total_seconds() / 3600
+    observed = observed_hours(coverage, params["start"], params["end"])
+    # chargeback bills the GPUs only while they exist (docs/architecture.md#billing): its stranded cost
+    # spans the hours the data covers, not a window wider than the data
+    hours = observed or (params["end"] - params["start"]).total_seconds() / 3600
     stranded = None
     if chargeback is not None and len(chargeback):
         stranded = float(chargeback.loc[chargeback["kind"] == "stranded", "cost_usd"].sum())
     return recommendations.recommend(**frames, stranded_usd=stranded, window_hours=hours,
-                                     observed_hours=observed_hours(coverage, params["start"], params["end"]),
+                                     observed_hours=observed,
                                      hours_per_month=params["hours_per_month"],
                                      more=lambda rate: recommendations_failures.rows(rate=rate, **failures)
                                      + recommendations_topology.rows(rate=rate, topology_placement=placement,

@@ -12,14 +12,14 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from gpuwatch import analyses, idle_bridge, recommendations, signals, store, units
 from gpuwatch.analyses import chargeback
 from gpuwatch.analyses import params as defaults
-from gpuwatch.findings import FAILURES, TOPOLOGY, csvfile, findings, judgement
+from gpuwatch.findings import FAILURES, TOPOLOGY, csvfile, findings, judgement, too_small
 from gpuwatch.ingest import command
 
 log = logging.getLogger(__name__)
@@ -68,8 +68,12 @@ def run(args: argparse.Namespace) -> int:
     con = store.connect(args.db)
     if args.input or args.source:
         command.ingest(con, args.input or args.source)
-    last = store.data_range(con)[1]
-    start, end = defaults.window(last, length=length, end=end)
+    now = datetime.now(UTC).replace(tzinfo=None)  # the analysis' own clock: data dated after it is left out
+    first, last = store.data_range(con, now=now)
+    ahead = clock_warning(store.ahead_of_clock(con, now=now), now=now)
+    start, end = defaults.window(last, length=length, end=end, first_ts=first)
+    if ahead and not args.end:
+        end = min(end, now)
     params = defaults.params(start, end, **thresholds, group_by=group_by, drift_pool_label=pool_label)
     # store this window's SQL results in the DB: the app and the report read them (analyses/persisted.py),
     # and analyze() below reads them too, so the samples are scanned once per analysis
@@ -79,7 +83,33 @@ def run(args: argparse.Namespace) -> int:
         write_csvs(results, Path(args.out), data_as_of=data_as_of(last, end))
     if args.format == "table":
         print(summary(results, start=start, end=end, hours_per_month=params["hours_per_month"]))
+    for line in [ahead, *data_warnings(analyses.run(con, "data_coverage"))]:
+        if line:
+            print(f"gpuwatch analyze: warning: {line}", file=sys.stderr)
     return 0
+
+
+def data_warnings(coverage) -> list[str]:
+    """The money rules that applied to this data (docs/architecture.md#billing), one line each."""
+    row = coverage.iloc[0] if len(coverage) else {}
+    out = []
+    if int(row.get("conflicted_samples", 0) or 0):
+        out.append(f"{int(row['conflicted_samples']):,} sample(s) had duplicate copies that disagree: their values "
+                   "are unknown (not judged idle or busy; their time is billed as unobserved), never the max")
+    if int(row.get("zero_count_pods", 0) or 0):
+        out.append(f"{int(row['zero_count_pods']):,} pod(s) listed with gpu_count 0 have samples on a GPU: "
+                   "charged for those samples at the device's share and price, never $0")
+    return out
+
+
+def clock_warning(ahead: tuple[int, int, datetime | None], *, now: datetime) -> str:
+    """The line saying which samples are dated after the analysis clock (left out), '' when none are."""
+    samples, devices, latest = ahead
+    if not samples:
+        return ""
+    return (f"{samples:,} sample(s) of {devices} device(s) are dated after this machine's clock "
+            f"({now:%Y-%m-%d %H:%M:%S} UTC; latest {latest:%Y-%m-%d %H:%M:%S}): left out of the window "
+            "(a clock running ahead on those nodes, or this machine's clock behind)")
 
 
 # Findings that need no other analysis' result and spend their time in DuckDB: computed on a second
@@ -113,7 +143,8 @@ def write_csvs(results: dict, out: Path, *, data_as_of: str | None = None) -> No
     findings without it)."""
     out.mkdir(parents=True, exist_ok=True)
     for name, frame in results.items():
-        csvfile.to_csv(frame.assign(data_as_of=data_as_of or ""), out / f"{name}.csv")
+        rows = chargeback.csv_rows(frame) if name == "chargeback" else frame
+        csvfile.to_csv(rows.assign(data_as_of=data_as_of or ""), out / f"{name}.csv")
     log.info("wrote %d files to %s", len(results), out)
 
 
@@ -218,7 +249,7 @@ def _failure_lines(results: dict, usd=_usd) -> list[str]:
                    f"{usd(held.drop_duplicates('gpu_uuid')['allocated_usd_at_risk'].sum())} allocated cost at risk")
     fit = results.get("mig_mismatch")
     if fit is not None and len(fit):
-        small = fit[fit["cause"] == "gpu_memory"]
+        small = too_small(fit)
         out.append(f"MIG/GPU too small: {len(small)} pods failing at their memory limit, {usd(small['usd_burnt'].sum())} burnt"
                    f" ({(fit['cause'] == 'host_memory').sum()} more OOMKilled: host memory)")
     orphans = results.get("orphaned_memory")

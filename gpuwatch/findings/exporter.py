@@ -147,7 +147,8 @@ def compute(con: Any, *, window: timedelta) -> dict:
     """Run the analyses over ``window`` ending at the latest data; findings + per-analysis status."""
     present = [name for name in ANALYSES if name in analyses.names()]
     try:
-        start, end = analysis_window(store.data_range(con)[1], length=window)
+        first, last = store.data_range(con)
+        start, end = analysis_window(last, length=window, first_ts=first)
     except Exception as exc:
         log.warning("export-derived: no analysis window: %s", exc)
         return _status(dict.fromkeys(present, False), window)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch import analyses, store
+from gpuwatch.analyses import chargeback
 from gpuwatch.analyses import params as analysis_params
 from gpuwatch.findings import FAILURES, TOPOLOGY, csvfile, findings
 from gpuwatch.report import isoweek as weeks
@@ -109,7 +110,7 @@ def write(data: WeekData, out: Path, *, version: str) -> list[Path]:
 def write_chargeback(data: WeekData, path: Path) -> Path:
     """The chargeback rows as finance reads them: the period first, GPU-hours and cost, and the rate
     (cost / GPU-hours: the blended USD per GPU-hour the row was billed at; empty without GPU-hours)."""
-    charge = data.frames["chargeback"]
+    charge = chargeback.csv_rows(data.frames["chargeback"])  # no column repeating the fleet total
     hours = charge["gpu_hours"].astype(float)
     rows = charge.assign(usd_per_gpu_hour=(charge["cost_usd"] / hours.where(hours > 0)).round(4))
     rows.insert(0, "period_end", data.week.end)

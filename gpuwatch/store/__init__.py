@@ -260,21 +260,33 @@ def has_table(con: Any, name: str) -> bool:
     return sum(r[0] for r in found) > 0
 
 
-def data_range(con: Any) -> tuple[datetime | None, datetime | None]:
-    """First timestamp of the data held and the end of its bulk; UTC, naive; (None, None) when empty.
+def data_range(con: Any, *, now: datetime | None = None) -> tuple[datetime | None, datetime | None]:
+    """First timestamp of the data held and its latest one at or before the analysis clock ``now``
+    (default: the wall clock, UTC); UTC, naive; (None, None) when empty.
 
-    The end is not the latest sample, which one device could set alone (a clock hours ahead, a
-    unit slip inside the accepted range): it is the latest time still reached by at least half of
-    the devices that reported in the day before it (``bulk_end``). Devices that stopped long ago
-    (node churn, retired nodes) do not hold it back; a minority ahead of the rest cannot move it.
-    The analyses' default window ends here: analyses.params.window(data_range(con)[1]).
-    Without samples: the pods' last start or end."""
-    rows = con.execute(script("range.sql")).fetchall()
-    devices = [(first, last) for _, first, last in rows[1:]]
-    return rows[0][1], (bulk_end(devices) if devices else rows[0][2])
+    The end is the latest sample of any device (a fleet that shrinks by half overnight keeps its
+    remaining nodes' latest data), never one after ``now``: a clock running ahead cannot move it;
+    ``ahead_of_clock`` says what was left out. The analyses' default window ends here:
+    analyses.params.window(data_range(con)[1]). Without samples: the pods' last start or end."""
+    row = _range_row(con, now)
+    return row[0], row[1]
 
 
-BULK_WINDOW = timedelta(days=1)  # "the devices that reported in the day before" a candidate end
+def ahead_of_clock(con: Any, *, now: datetime | None = None) -> tuple[int, int, datetime | None]:
+    """(samples, devices, latest timestamp) dated after the analysis clock ``now``: left out of the
+    default window, reported by every command that picks one."""
+    row = _range_row(con, now)
+    return int(row[2]), int(row[3]), row[4]
+
+
+def _range_row(con: Any, now: datetime | None) -> tuple:
+    from datetime import UTC
+
+    clock = (now or datetime.now(UTC)).replace(tzinfo=None)
+    return con.execute(script("range.sql"), {"now": clock}).fetchone()
+
+
+BULK_WINDOW = timedelta(days=1)  # "the devices that reported in the day before" a candidate end (since-last progress)
 
 
 def bulk_end(devices: list[tuple[datetime, datetime]], *, window: timedelta = BULK_WINDOW) -> datetime:

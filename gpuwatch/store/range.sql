@@ -1,16 +1,20 @@
--- The data the store holds, for data_range() (store/__init__.py): the first row has the first
--- sample (else the pods' first start) and the pods' last start or end; then one row per device
--- (node, gpu_uuid, mig_gi_id) with its first and last sample, from which data_range() finds the
--- end of the bulk of the data. Read from the staged rows (every raw sample's timestamp is there:
--- staging merges duplicates of one timestamp, never drops one), grouped by the integer stream id
--- before the device's text keys.
+-- The data the store holds, for data_range() (store/__init__.py), against the analysis' own clock $now:
+-- the first sample (else the pods' first start), the latest sample at or before $now (else the pods' last
+-- start or end at or before it), and what lies after $now (samples, devices, the latest such time): a
+-- clock running ahead, reported and left out of the default window. The latest sample of ANY device
+-- counts (a fleet that shrinks overnight keeps its remaining nodes' latest data in the window).
+-- Read from the staged rows (every raw sample's timestamp is there: staging merges duplicates of one
+-- timestamp, never drops one).
 WITH streams AS (
-    SELECT stream_id, min(ts) AS first_ts, max(ts) AS last_ts FROM stg_sample_rows GROUP BY stream_id
+    SELECT stream_id, min(ts) AS first_ts, max(ts) FILTER (WHERE ts <= $now) AS last_ts,
+           count(*) FILTER (WHERE ts > $now) AS ahead_n, max(ts) AS max_ts
+    FROM stg_sample_rows GROUP BY stream_id
 )
-SELECT 0 AS kind, coalesce((SELECT min(first_ts) FROM streams), (SELECT min(start_ts) FROM pods)) AS first_ts,
-       (SELECT greatest(max(start_ts), max(end_ts)) FROM pods) AS last_ts
-UNION ALL
-SELECT 1, min(s.first_ts), max(s.last_ts)
-FROM streams s JOIN stg_streams k USING (stream_id)
-GROUP BY k.node, k.gpu_uuid, k.mig_gi_id
-ORDER BY kind
+SELECT coalesce((SELECT min(first_ts) FROM streams), (SELECT min(start_ts) FROM pods)) AS first_ts,
+       coalesce((SELECT max(last_ts) FROM streams),
+                (SELECT greatest(max(start_ts) FILTER (WHERE start_ts <= $now), max(end_ts) FILTER (WHERE end_ts <= $now))
+                 FROM pods)) AS last_ts,
+       coalesce((SELECT sum(ahead_n) FROM streams), 0) AS ahead_n,
+       (SELECT count(DISTINCT (k.node, k.gpu_uuid)) FROM streams s JOIN stg_streams k USING (stream_id) WHERE s.ahead_n > 0)
+           AS ahead_devices,
+       (SELECT max(max_ts) FROM streams WHERE ahead_n > 0) AS ahead_last_ts

@@ -85,6 +85,13 @@ CREATE OR REPLACE MACRO exact_total(parts) AS CAST(sum(parts) AS DOUBLE);
 CREATE OR REPLACE MACRO exact_sum(x) AS CAST(exact_part(x) AS DOUBLE);
 CREATE OR REPLACE MACRO exact_avg(x) AS exact_sum(x) / count(x);
 
+-- Money is rounded to the cent once, per pod (the finest row anyone reads: idle_hoarding, false_utilization,
+-- utilization, mig_mismatch and chargeback's pod parts), half to even on the amount to 9 decimals (two
+-- analyses that reach the same amount by other sums round it alike; half-cents are common, a minute at
+-- $4.10/h is 6 5/6 cents, and half-up would push every total up); every total shown anywhere is a sum
+-- of these cents, so a team, a page, the CLI and the report quote the same figure (docs/architecture.md#billing).
+CREATE OR REPLACE MACRO usd_cents(x) AS CAST(round_even(CAST(round(x, 9) AS DECIMAL(38, 9)), 2) AS DOUBLE);
+
 -- Devices: one row per GPU and per MIG instance, with its share of the GPU and its price.
 CREATE OR REPLACE VIEW stg_devices_def AS
 WITH raw AS (
@@ -322,8 +329,12 @@ final AS (
            s.gpu_uuid || coalesce('/' || s.mig_gi_id, '') AS device_key,
            -- a pod outside the pods file still gets its namespace's team (analyses fall back to the namespace)
            coalesce(p.team, namespace_team(s.namespace)) AS team,
-           CAST(coalesce(p.gpu_equivalents / p.device_count, d.gpu_share, 1.0) AS DOUBLE) AS gpu_share,
-           CAST(coalesce(p.usd_per_hour / p.device_count, d.usd_per_hour) AS DOUBLE) AS usd_per_hour,
+           -- a pod listed with gpu_count 0 whose samples show it on a GPU held it all the same: its samples
+           -- stand for the device's share at the device's price, never $0 (data_coverage counts such pods)
+           CAST(coalesce(CASE WHEN p.gpu_count > 0 THEN p.gpu_equivalents / p.device_count END, d.gpu_share, 1.0)
+                AS DOUBLE) AS gpu_share,
+           CAST(coalesce(CASE WHEN p.gpu_count > 0 THEN p.usd_per_hour / p.device_count END, d.usd_per_hour) AS DOUBLE)
+               AS usd_per_hour,
            -- a dense pod number, for analyses that need every row of a pod together (quantiles)
            CASE WHEN s.pod IS NOT NULL
                 THEN CAST(dense_rank() OVER (ORDER BY s.namespace NULLS FIRST, s.pod NULLS FIRST) AS INTEGER) END
@@ -354,6 +365,9 @@ CREATE OR REPLACE MACRO series_lead(x, stream_id, in_series, ts) AS
 CREATE OR REPLACE MACRO sample_reported(gpu_util, gr_engine_active) AS coalesce(gpu_util, gr_engine_active);
 CREATE OR REPLACE MACRO sample_effective(sm_active) AS sm_active;
 
+-- Duplicates of one sample (stg_sample_values): the value their copies agree on, NULL where they conflict.
+CREATE OR REPLACE MACRO agreed(x) AS CASE WHEN min(x) = max(x) THEN min(x) END;
+
 -- Row values: clean values, one row per (stream, ts), units as ratios 0-1 (docs/architecture.md#finding-semantics). Every rule here is
 -- per node (dedup keys and series include the node), so the macro takes a
 -- node range [node_lo, node_hi] (NULL = open): refresh() runs it a few nodes at a time, keeping each
@@ -383,21 +397,31 @@ WITH cleaned AS NOT MATERIALIZED (
     WHERE (node_lo IS NULL OR a.node >= node_lo) AND (node_hi IS NULL OR a.node <= node_hi)
 ),
 deduped AS (
-    -- the same (ts, device, pod) loaded twice is one sample; max() keeps a known value over NULL; its
-    -- container is the greatest known one, kept as the raw key it came with (container_key)
+    -- the same (ts, device, pod) loaded twice is one sample (docs/architecture.md#billing): copies that
+    -- agree, or where only one knows a value, give that value; copies that CONFLICT give NULL (unknown),
+    -- never the max: a stray copy at 0.99 must not turn an idle GPU busy (nor the reverse), so that time
+    -- is not judged idle or busy and is billed as unobserved from its allocation; `conflicted` flags the
+    -- row (data_coverage counts them, `gpuwatch analyze` reports them). Its container is the greatest
+    -- known one, kept as the raw key it came with (container_key)
     SELECT stream_id, ts,
            coalesce(struct_extract(max({'container': container, 'key': container_key}) FILTER (WHERE container IS NOT NULL),
                                    'key'), max(container_key)) AS container_key,
-           max(gpu_util) AS gpu_util, max(gr_engine_active) AS gr_engine_active, max(sm_active) AS sm_active,
-           max(sm_occupancy) AS sm_occupancy, max(tensor_active) AS tensor_active, max(dram_active) AS dram_active,
-           max(fb_used_bytes) AS fb_used_bytes, max(power_watts) AS power_watts,
-           max(nvlink_tx_bytes_per_second) AS nvlink_tx_bytes_per_second,
-           max(nvlink_rx_bytes_per_second) AS nvlink_rx_bytes_per_second, any_value(has_pod) AS has_pod
+           agreed(gpu_util) AS gpu_util, agreed(gr_engine_active) AS gr_engine_active, agreed(sm_active) AS sm_active,
+           agreed(sm_occupancy) AS sm_occupancy, agreed(tensor_active) AS tensor_active, agreed(dram_active) AS dram_active,
+           agreed(fb_used_bytes) AS fb_used_bytes, agreed(power_watts) AS power_watts,
+           agreed(nvlink_tx_bytes_per_second) AS nvlink_tx_bytes_per_second,
+           agreed(nvlink_rx_bytes_per_second) AS nvlink_rx_bytes_per_second, any_value(has_pod) AS has_pod,
+           coalesce(min(gpu_util) <> max(gpu_util) OR min(gr_engine_active) <> max(gr_engine_active)
+                    OR min(sm_active) <> max(sm_active) OR min(sm_occupancy) <> max(sm_occupancy)
+                    OR min(tensor_active) <> max(tensor_active) OR min(dram_active) <> max(dram_active)
+                    OR min(fb_used_bytes) <> max(fb_used_bytes) OR min(power_watts) <> max(power_watts)
+                    OR min(nvlink_tx_bytes_per_second) <> max(nvlink_tx_bytes_per_second)
+                    OR min(nvlink_rx_bytes_per_second) <> max(nvlink_rx_bytes_per_second), FALSE) AS conflicted
     FROM cleaned
     WHERE dedup
     GROUP BY stream_id, ts
     UNION ALL
-    SELECT * EXCLUDE (container) FROM cleaned WHERE NOT dedup
+    SELECT * EXCLUDE (container), FALSE AS conflicted FROM cleaned WHERE NOT dedup
 ),
 clamped AS (
     -- ratios above 1 happen (SM_ACTIVE on MIG GI entities, DCGM #152): clamp to 1 and flag the row
@@ -454,7 +478,7 @@ CREATE OR REPLACE VIEW stg_samples AS
 SELECT r.ts, k.node, k.gpu_uuid, k.mig_gi_id, k.namespace, k.pod, c.container,
        r.gpu_util, r.gr_engine_active, r.sm_active, r.sm_occupancy, r.tensor_active, r.dram_active,
        r.fb_used_bytes, r.power_watts, r.nvlink_tx_bytes_per_second, r.nvlink_rx_bytes_per_second,
-       r.ratio_clamped, k.device_key, r.reported, r.effective, k.team, k.gpu_share, k.usd_per_hour,
+       r.ratio_clamped, r.conflicted, k.device_key, r.reported, r.effective, k.team, k.gpu_share, k.usd_per_hour,
        r.in_series, r.dt_seconds, r.next_dt_seconds, r.prev_reported, r.prev_effective, r.next_reported,
        r.next_effective, CASE WHEN r.in_series THEN k.step_seconds END AS step_seconds, r.stream_id
 FROM stg_sample_rows r
@@ -470,6 +494,83 @@ SELECT * FROM stg_sample_rows WHERE in_series AND ts >= window_start AND ts < wi
 -- The same series, wide (stg_samples' columns).
 CREATE OR REPLACE MACRO stg_series(window_start, window_end) AS TABLE
 SELECT * FROM stg_samples WHERE in_series AND ts >= window_start AND ts < window_end;
+
+-- When a physical GPU (node, gpu_uuid) is known to exist inside [lo, hi): the fleet costs money only
+-- then (docs/architecture.md#billing). Evidence: (1) its samples (any stream of the GPU, MIG instances
+-- and sharing pods included): samples at most presence_gap_seconds() apart are one run (a scrape outage,
+-- an exporter restart: the GPU was there), and a run covers its samples and one step (its median
+-- interval) either side: the documented tolerance; (2) the allocations the cluster reports on its node (pods file: while
+-- a pod runs on a node, the node and its GPUs exist). A GPU without evidence in the window (scaled away,
+-- not yet created) costs nothing there; no time past the data is billed. Node lifetimes are not in the
+-- data gpuwatch reads (kube_node_created is not collected), so samples and allocations are the evidence.
+-- Columns: node, gpu_uuid, lo_s, hi_s (epoch seconds, one row per span; one GPU's spans are disjoint).
+CREATE OR REPLACE MACRO presence_gap_seconds() AS 3600.0;
+
+CREATE OR REPLACE MACRO stg_gpu_presence(lo, hi) AS TABLE
+WITH devs AS (
+    -- an integer per GPU: the window sort below runs on it, not on the text keys
+    SELECT stream_id, node, gpu_uuid, dense_rank() OVER (ORDER BY node, gpu_uuid) AS dev FROM stg_streams
+),
+gaps AS (
+    SELECT d.dev, epoch(r.ts) AS t, epoch(r.ts) - lag(epoch(r.ts)) OVER (PARTITION BY d.dev ORDER BY r.ts) AS dt
+    FROM stg_sample_rows r JOIN devs d USING (stream_id)
+    WHERE r.ts >= lo::TIMESTAMP - to_seconds(presence_gap_seconds()) AND r.ts < hi
+),
+runs AS (
+    SELECT *, sum(CASE WHEN dt IS NULL OR dt > presence_gap_seconds() THEN 1 ELSE 0 END)
+                  OVER (PARTITION BY dev ORDER BY t ROWS UNBOUNDED PRECEDING) AS run
+    FROM gaps
+),
+run_steps AS (
+    SELECT dev, run, min(t) AS first_s, max(t) AS last_s,
+           coalesce(median(dt) FILTER (WHERE dt > 0 AND dt <= presence_gap_seconds()), 60.0) AS step_s
+    FROM runs GROUP BY dev, run
+),
+stream_range AS (
+    SELECT stream_id, min(ts) AS first_ts, max(ts) AS last_ts FROM stg_sample_rows GROUP BY stream_id
+),
+sampled AS (
+    -- a run stands for one step (its median interval; one sample alone: 60 s) either side of its samples:
+    -- the GPU was there until the next scrape was due, and a sample counts a whole step wherever the
+    -- scrape fell in it (as observed cost and fleet_timeseries count it: a node scraped 17 s past the
+    -- minute is sampled for the whole minute, so never more sampled than present); never before the
+    -- data's first sample (a wider window over the same data bills the same)
+    SELECT dev, greatest(first_s - step_s, (SELECT epoch(min(first_ts)) FROM stream_range)) AS lo_s,
+           last_s + step_s AS hi_s
+    FROM run_steps
+),
+node_end AS (
+    -- where each node's samples end, over all the data (not only the window's: an open allocation on a
+    -- node that stopped reporting last week must not bill this week), plus the median step of its streams
+    SELECT k.node, epoch(max(l.last_ts)) + coalesce(median(k.step_seconds), 60.0) AS hi_s
+    FROM stream_range l JOIN stg_streams k USING (stream_id) GROUP BY k.node
+),
+held AS (
+    -- allocations on the node: while a pod runs there, the node and so each of its GPUs exists (an open
+    -- allocation ends where its node's samples end, else at hi)
+    SELECT p.node, epoch(coalesce(p.start_ts, lo::TIMESTAMP)) AS lo_s,
+           coalesce(epoch(p.end_ts), e.hi_s, epoch(hi::TIMESTAMP)) AS hi_s
+    FROM stg_pods p LEFT JOIN node_end e USING (node)
+    WHERE p.gpu_count > 0
+),
+spans AS (
+    SELECT g.node, g.gpu_uuid, greatest(s.lo_s, epoch(lo::TIMESTAMP)) AS lo_s, least(s.hi_s, epoch(hi::TIMESTAMP)) AS hi_s
+    FROM sampled s JOIN (SELECT DISTINCT dev, node, gpu_uuid FROM devs) g USING (dev)
+    UNION ALL
+    SELECT g.node, g.gpu_uuid, greatest(h.lo_s, epoch(lo::TIMESTAMP)), least(h.hi_s, epoch(hi::TIMESTAMP))
+    FROM held h JOIN stg_gpus g USING (node)
+),
+ordered AS (
+    SELECT *, max(hi_s) OVER (PARTITION BY node, gpu_uuid ORDER BY lo_s, hi_s
+                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
+    FROM spans WHERE hi_s > lo_s
+),
+merged AS (
+    SELECT *, sum(CASE WHEN reach IS NULL OR lo_s > reach THEN 1 ELSE 0 END)
+                  OVER (PARTITION BY node, gpu_uuid ORDER BY lo_s, hi_s ROWS UNBOUNDED PRECEDING) AS part
+    FROM ordered
+)
+SELECT node, gpu_uuid, min(lo_s) AS lo_s, max(hi_s) AS hi_s FROM merged GROUP BY node, gpu_uuid, part;
 
 -- Pod (container) states from kube-state-metrics, one row per change (model.BUNDLE_COLUMNS["pod_status"]):
 -- names trimmed, empty text NULL, and until_ts, when the pod's (container's) next row replaces it

@@ -1,7 +1,8 @@
 """Post the weekly report's headline to a Slack-compatible incoming webhook (``{"text": ...}``).
 
 Runs after `gpuwatch report weekly` in the chart's report CronJob. Reads ``chargeback.csv`` from
-the report directory, totals every ``*_usd`` column overall and per team, and posts one message.
+the report directory, totals its money columns (``MONEY``: each row's own dollars) overall and
+cost_usd per team, and posts one message.
 The URL comes from the environment (a Secret), never from the command line. Stdlib only.
 
     GPUWATCH_REPORT_WEBHOOK_URL=https://hooks.slack.com/... python report_webhook.py --dir /data/reports
@@ -21,20 +22,30 @@ from pathlib import Path
 URL_ENV = "GPUWATCH_REPORT_WEBHOOK_URL"
 
 
+# chargeback.csv's money columns (gpuwatch report weekly): each row's own dollars, so a column's sum is
+# the fleet's (cost_usd: the fleet cost; the rest: its parts). Only these are totalled: a column is
+# summed because it is known to add up, never because its name ends in _usd.
+MONEY = ("cost_usd", "productive_usd", "false_util_usd", "idle_usd", "unobserved_usd")
+LABELS = {"cost_usd": "fleet cost", "productive_usd": "productive", "false_util_usd": "false utilization",
+          "idle_usd": "idle", "unobserved_usd": "unobserved"}
+
+
 def summarise(rows: list[dict[str, str]], *, top: int = 5) -> str:
-    """Headline text: fleet totals of each ``*_usd`` column, then the ``top`` teams by the first."""
-    money = [c for c in (rows[0] if rows else {}) if c.endswith("_usd")]
-    if not money:
-        return "gpuwatch weekly report written (chargeback.csv has no *_usd columns to total)."
+    """Headline text: the fleet cost (the sum of cost_usd over every row: teams, unallocated, stranded)
+    and its parts, then the ``top`` teams by cost."""
+    money = [c for c in MONEY if c in (rows[0] if rows else {})]
+    if "cost_usd" not in money:
+        return "gpuwatch weekly report written (chargeback.csv has no cost_usd column to total)."
     totals: dict[str, float] = defaultdict(float)
     by_team: dict[str, float] = defaultdict(float)
     for row in rows:
         for column in money:
             totals[column] += _number(row.get(column))
-        by_team[row.get("team") or row.get("namespace") or "(none)"] += _number(row.get(money[0]))
-    lines = ["gpuwatch weekly GPU report: " + ", ".join(f"{c} ${totals[c]:,.2f}" for c in money)]
+        by_team[row.get("team") or row.get("namespace") or "(none)"] += _number(row.get("cost_usd"))
+    period = f" {rows[0]['period']}" if rows and rows[0].get("period") else ""
+    lines = [f"gpuwatch weekly GPU report{period}: " + ", ".join(f"{LABELS[c]} ${totals[c]:,.2f}" for c in money)]
     ranked = sorted(by_team.items(), key=lambda kv: -kv[1])[:top]
-    lines += [f"- {team}: ${usd:,.2f} ({money[0]})" for team, usd in ranked]
+    lines += [f"- {team}: ${usd:,.2f}" for team, usd in ranked]
     return "\n".join(lines)
 
 
