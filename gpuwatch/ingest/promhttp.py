@@ -136,7 +136,7 @@ def _adapter(watching: threading.local) -> Any:
         if deadline is not None:
             deadline.add(sock)
 
-    class Plain(connection.HTTPConnection):
+    class Reporting:  # before an HTTP(S) connection class: its socket joins the request's deadline
         def connect(self) -> None:
             super().connect()
             report(self.sock)
@@ -145,14 +145,11 @@ def _adapter(watching: threading.local) -> Any:
             report(self.sock)
             return super().request(*args, **kwargs)
 
-    class Secure(connection.HTTPSConnection):
-        def connect(self) -> None:
-            super().connect()
-            report(self.sock)
+    class Plain(Reporting, connection.HTTPConnection):
+        pass
 
-        def request(self, *args, **kwargs):
-            report(self.sock)
-            return super().request(*args, **kwargs)
+    class Secure(Reporting, connection.HTTPSConnection):
+        pass
 
     class PlainPool(connectionpool.HTTPConnectionPool):
         ConnectionCls = Plain
