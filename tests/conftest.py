@@ -22,14 +22,21 @@ def pytest_addoption(parser):
 # (measured one by one, per-test CPU time); `make test` runs them all, nothing here is skipped.
 SLOW: dict[str, tuple[str, ...]] = {
     "the app's pages (Streamlit AppTest) and the weekly report, over whole stores": (
-        "tests/test_app.py", "tests/test_app_charts.py", "tests/test_app_topology.py", "tests/test_report.py"),
+        "tests/test_app.py", "tests/test_app_charts.py", "tests/test_app_topology.py", "tests/test_report.py",
+        "tests/test_app_pages.py", "tests/test_app_unpriced.py", "tests/test_app_failsafe.py", "tests/test_idle_bridge.py",
+        "tests/test_money_surfaces.py", "tests/test_report_unpriced.py", "tests/test_judgement.py",
+        "tests/test_money_rules.py"),
+    "commands run as real processes against real servers: CLI edges, Prometheus replies that trickle or lie": (
+        "tests/test_cli_edges.py", "tests/test_ingest_failsafe_replies.py", "tests/test_failsafe_inputs_round2.py",
+        "tests/test_dashboards_prometheus.py", "tests/test_cli_errors.py"),
     "kill and replay proofs: gpuwatch runs SIGKILLed mid-write, stores loaded hour by hour": (
         "tests/test_durability.py", "tests/test_rollup.py", "tests/test_store_incremental.py"),
     "detection accuracy and findings over simulated fleets and real traces": (
         "tests/test_accuracy.py", "tests/test_accuracy_failures.py", "tests/test_accuracy_topology.py",
         "tests/test_failure_findings_a.py", "tests/test_failure_findings_b.py", "tests/test_blocked_demand_openb.py",
         "tests/test_fleet_timeseries.py", "tests/test_simulate.py", "tests/test_reclaim_oracle.py",
-        "tests/test_fgd.py::test_fgd_on_the_real_openb_trace",
+        "tests/test_fgd.py::test_fgd_on_the_real_openb_trace", "tests/test_chargeback.py::test_dlrm_allocation_trace_reconciles",
+        "tests/test_billing_presence.py", "tests/test_clusters_failsafe.py",
         "tests/test_real_h100.py::test_false_utilization_on_the_four_load_trace_flags_the_spin_kernel_and_nothing_else",
         "tests/test_store_real.py::test_idle_share_matches_raw_computation",
         "tests/test_fleet_failures.py::test_the_bundle_carries_the_failures_and_loads",
@@ -62,6 +69,7 @@ SLOW: dict[str, tuple[str, ...]] = {
         "tests/test_reclaim_freshness.py::test_no_as_of_time_means_no_action_a_log_line_and_an_audit_row"),
     "property searches (hypothesis, brute force)": (
         "tests/test_fuzz_inputs.py", "tests/test_chargeback.py::test_chargeback_reconciles_for_random_fleets",
+        "tests/test_fuzz_replies.py", "tests/test_fuzz_clusters.py", "tests/test_fuzz_prices.py",
         "tests/test_fgd.py::test_random_clusters_match_brute_force", "tests/test_mig.py::test_repack_is_valid_optimal_and_never_worse",
         "tests/test_mig.py::test_every_enumerated_layout_is_valid_unique_and_none_missing",
         "tests/test_reclaim_plan.py::test_plan_does_not_depend_on_input_order", "tests/test_reclaim_plan.py::test_policy_laws"),
@@ -84,17 +92,15 @@ SLOW: dict[str, tuple[str, ...]] = {
         "tests/test_exporter_pod_meta.py::test_the_flags_need_a_node_name_and_a_valid_allowlist",
         "tests/test_contracts.py::test_command_help_works"),
     "Helm's engine rendering the chart, kubernetes-validate, promtool, image contexts": (
-        "tests/test_helm_scripts.py", "tests/test_helm_exporter_run.py",
+        "tests/test_helm_scripts.py", "tests/test_helm_exporter_run.py", "tests/test_helm_exporter_mode.py",
+        "tests/test_helm_reclaim_rbac.py",
         "tests/test_helm.py::test_components_can_be_switched_off_one_by_one",
         "tests/test_helm.py::test_every_builtin_object_validates_against_current_kubernetes",
         "tests/test_helm.py::test_exporter_security_context", "tests/test_helm.py::test_the_chart_installs_with_prices_from_values",
-        "tests/test_helm_exporter_mode.py::test_a_default_install_never_puts_two_dcgm_exporters_on_a_gpu",
-        "tests/test_helm_exporter_mode.py::test_an_explicit_choice_is_kept",
         "tests/test_helm_network.py::test_every_object_validates_against_current_kubernetes",
         "tests/test_helm_opencost.py::test_each_service_rule_finds_exactly_the_exporters_discovery_service",
         "tests/test_helm_policy.py::test_every_built_in_kind_renders",
         "tests/test_helm_policy.py::test_the_chart_refuses_exactly_what_the_controller_refuses",
-        "tests/test_helm_reclaim_rbac.py::test_apply_grants_exactly_the_verbs_the_controller_uses",
         "tests/test_rules.py::test_every_alert_is_tested_firing_and_quiet_with_both_exporters",
         "tests/test_rules.py::test_promtool_unit_tests_pass", "tests/test_dashboards.py::test_every_queried_metric_exists",
         "tests/test_images.py::test_the_gpuwatch_image_installs_everything_the_charts_commands_import"),
