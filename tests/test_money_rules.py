@@ -79,3 +79,24 @@ def test_analyze_reports_each_rule_that_applied(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "240 sample(s) had duplicate copies that disagree: their values are unknown" in err
     assert "1 pod(s) listed with gpu_count 0 have samples on a GPU: charged for those samples" in err
+
+
+def test_false_time_on_an_unpriced_gpu_costs_an_unknown_amount_never_zero():
+    """A model without a price: its pods' false-utilization time is still counted, its dollars are
+    unknown (NULL), never $0.00; a pod with no false time costs nothing whatever its price."""
+    from gpuwatch.store import bundle
+    from tests.app_support import sample_bundle
+
+    frames = {name: pd.read_parquet(file) if file.suffix == ".parquet" else pd.read_csv(file)
+              for name, file in bundle.find_files(sample_bundle()).items() if name != "truth"}
+    frames["prices"] = frames["prices"][~frames["prices"]["gpu_model"].str.contains("H100")]
+    con = store.connect(None)
+    store.load(con, frames, source="no H100 price")
+    start, end = store.data_range(con)
+    frame = analyses.run(con, "false_utilization", **params(start, end))
+    h100 = {r[0] for r in con.execute("SELECT DISTINCT node FROM devices WHERE gpu_model LIKE '%H100%'").fetchall()}
+    on_h100 = frame[frame["node"].isin(h100) & (frame["false_util_gpu_hours"] > 0)]
+    assert len(on_h100) and on_h100["false_util_cost_usd"].isna().all()
+    assert (frame.loc[frame["false_util_gpu_hours"] == 0, "false_util_cost_usd"] == 0).all()
+    priced = frame[~frame["node"].isin(h100) & (frame["false_util_gpu_hours"] > 0)]
+    assert len(priced) and (priced["false_util_cost_usd"] > 0).all()

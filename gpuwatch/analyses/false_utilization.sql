@@ -39,7 +39,9 @@ per_pod AS (
 final AS (
     SELECT p.namespace, p.pod, p.team,
            coalesce(p.false_util_gpu_hours, 0) AS false_util_gpu_hours, p.false_share, p.mean_gap,
-           coalesce(p.false_util_cost_usd, 0) AS false_util_cost_usd, coalesce(p.gap_cost_usd, 0) AS gap_cost_usd,
+           -- no false time costs nothing; false time on an unpriced GPU costs an unknown amount (NULL, never $0)
+           CASE WHEN coalesce(p.false_util_gpu_hours, 0) = 0 THEN 0 ELSE p.false_util_cost_usd END AS false_util_cost_usd,
+           CASE WHEN coalesce(p.false_util_gpu_hours, 0) = 0 THEN 0 ELSE p.gap_cost_usd END AS gap_cost_usd,
            p.mean_reported, p.mean_effective,
            coalesce(p.false_share >= $false_offender_share, FALSE) AS offender,
            coalesce(a.node, p.series_node) AS node,
