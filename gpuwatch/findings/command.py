@@ -10,6 +10,7 @@ findings the window's evidence can judge (findings/judgement.py); the summary na
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 from datetime import UTC, datetime, timedelta
@@ -158,7 +159,7 @@ def summary(results: dict, *, start: datetime, end: datetime, hours_per_month: f
     """A readable plain-text summary of the headline numbers."""
     lines = [f"gpuwatch analysis {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC"]
     judged = results.get("judgement")
-    usd = _usd if judgement.judged(judged, "prices") else _unpriced
+    usd = _usd if judgement.judged(judged, "prices") else functools.partial(_usd, unpriced=True)
     charge = results.get("chargeback")
     if charge is not None and not judgement.judged(judged, "chargeback"):  # no GPU priced: no dollar is known
         lines.append(f"fleet cost: {judgement.line(judged, 'chargeback')}")
@@ -222,11 +223,6 @@ def _usd(value: Any, unpriced: bool = False) -> str:
         return "unpriced"
     missing = len(value) - len(known)
     return f"${known.sum():,.2f}" + (f" (+{missing} unpriced)" if missing else "")
-
-
-def _unpriced(_value: float) -> str:
-    """No GPU is priced: every dollar figure is unknown, never $0.00."""
-    return "unpriced"
 
 
 def _busy_lines(busy: Any, judged: Any, usd=_usd) -> list[str]:
